@@ -1,0 +1,290 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NCCL environment rules, shared by the nccl_env filter and the nccl_info module.
+
+This is a private module_utils file (leading underscore): its API may change without notice.
+Everything here is a pure function of its arguments, so the rules are unit-tested directly and
+the same code runs on the controller (filter) and on targets (module). Target-side code must
+run on Python 3.8, so no match statements and no PEP 604 unions at runtime.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import difflib
+import re
+
+TRANSPORTS = ("socket", "roce", "ib")
+
+# NCCL caps helper threads at 16 (MAX_THREADS) and sockets per connection at 64 (MAX_SOCKETS)
+# in src/transport/net_socket.cc; larger values are silently reduced, hiding the operator error.
+MAX_SOCKET_NTHREADS = 16
+MAX_SOCKETS = 64
+
+# The seed-003 25GbE TCP design, tuned for 8x25G LACP bonds (DESIGN.md section 1).
+SOCKET_DEFAULTS = {
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_NET_GDR_LEVEL": "0",
+    "NCCL_NSOCKS_PERTHREAD": "4",
+    "NCCL_SOCKET_NTHREADS": "2",
+    "NCCL_MIN_NCHANNELS": "4",
+    "NCCL_BUFFSIZE": "8388608",
+}
+
+# Environment variables NCCL documents in its user guide (NVIDIA/nccl docs/userguide/source/env.rst,
+# the source of env.html, up to 2.30) plus the few its source reads without documenting them
+# (NCCL_PARAM declarations: NCCL_HOSTID, NCCL_WORK_FIFO_BYTES, ...). Deprecated names that NCCL
+# still reads stay in. Used to catch typos, which NCCL itself ignores silently. docs/nccl.md
+# says how the list was made and how to extend it.
+KNOWN_VARIABLES = frozenset("""
+NCCL_ALGO NCCL_ALLOC_P2P_NET_LL_BUFFERS NCCL_BUFFSIZE NCCL_CGA_CLUSTER_SIZE NCCL_CHECKS_DISABLE
+NCCL_CHECK_MODE NCCL_CHECK_POINTERS NCCL_COLLNET_ENABLE NCCL_COLLNET_NODE_THRESHOLD
+NCCL_COMM_BLOCKING NCCL_COMM_ID NCCL_CONF_FILE NCCL_CROSS_NIC NCCL_CTA_POLICY NCCL_CUMEM_ENABLE
+NCCL_CUMEM_HOST_ENABLE NCCL_DEBUG NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS NCCL_DEBUG_TIMESTAMP_FORMAT
+NCCL_DEBUG_TIMESTAMP_LEVELS NCCL_DMABUF_ENABLE NCCL_ENV_PLUGIN NCCL_GDRCOPY_ENABLE
+NCCL_GDRCOPY_FIFO_ENABLE NCCL_GDRCOPY_FLUSH_ENABLE NCCL_GDRCOPY_SYNC_ENABLE NCCL_GRAPH_DUMP_FILE
+NCCL_GRAPH_FILE NCCL_GRAPH_MIXING_SUPPORT NCCL_GRAPH_REGISTER NCCL_GRAPH_STREAM_ORDERING NCCL_HOSTID
+NCCL_IB_ADAPTIVE_ROUTING NCCL_IB_ADDR_FAMILY NCCL_IB_ADDR_RANGE NCCL_IB_AR_THRESHOLD
+NCCL_IB_CUDA_SUPPORT NCCL_IB_DISABLE NCCL_IB_ECE_ENABLE NCCL_IB_FIFO_TC NCCL_IB_GDR_LEVEL
+NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_IB_MERGE_NICS NCCL_IB_OOO_RQ NCCL_IB_PCI_RELAXED_ORDERING
+NCCL_IB_QPS_PER_CONNECTION NCCL_IB_RETRY_CNT NCCL_IB_RETURN_ASYNC_EVENTS NCCL_IB_ROCE_VERSION_NUM
+NCCL_IB_SL NCCL_IB_SPLIT_DATA_ON_QPS NCCL_IB_TC NCCL_IB_TIMEOUT NCCL_IGNORE_COLLNET_MISMATCH
+NCCL_IGNORE_CPU_AFFINITY NCCL_IGNORE_NET_MISMATCH NCCL_IPC_USE_ABSTRACT_SOCKET NCCL_LAUNCH_MODE
+NCCL_LAUNCH_ORDER_IMPLICIT NCCL_LAUNCH_RACE_FATAL NCCL_LEGACY_CUDA_REGISTER NCCL_LL128_BUFFSIZE
+NCCL_LL_THRESHOLD NCCL_LOCAL_REGISTER NCCL_MAX_CTAS NCCL_MAX_NCHANNELS NCCL_MAX_NRINGS
+NCCL_MEM_SYNC_DOMAIN NCCL_MIN_CTAS NCCL_MIN_NCHANNELS NCCL_MIN_NRINGS NCCL_MNNVL_CLIQUE_ID
+NCCL_MNNVL_ENABLE NCCL_MNNVL_UUID NCCL_MULTI_RANK_GPU_ENABLE NCCL_NCHANNELS_PER_NET_PEER NCCL_NET
+NCCL_NETDEVS_POLICY NCCL_NET_GDR_C2C NCCL_NET_GDR_LEVEL NCCL_NET_GDR_READ NCCL_NET_MERGE_LEVEL
+NCCL_NET_MERGE_POLICY NCCL_NET_PLUGIN NCCL_NET_SHARED_BUFFERS NCCL_NET_SHARED_COMMS NCCL_NO_CACHE
+NCCL_NSOCKS_PERTHREAD NCCL_NTHREADS NCCL_NVB_DISABLE NCCL_NVLS_ENABLE NCCL_NVLS_NCHANNELS
+NCCL_OOB_NET_ENABLE NCCL_OOB_NET_IFNAME NCCL_P2P_DIRECT_DISABLE NCCL_P2P_DISABLE NCCL_P2P_LEVEL
+NCCL_P2P_LL_THRESHOLD NCCL_P2P_NET_CHUNKSIZE NCCL_P2P_NVL_CHUNKSIZE NCCL_P2P_PCI_CHUNKSIZE
+NCCL_P2P_PXN_LEVEL NCCL_PROFILER_PLUGIN NCCL_PROTO NCCL_PXN_C2C NCCL_PXN_DISABLE NCCL_RAS_ADDR
+NCCL_RAS_ENABLE NCCL_RAS_TIMEOUT_FACTOR NCCL_RUNTIME_CONNECT NCCL_SET_STACK_SIZE
+NCCL_SET_THREAD_NAME NCCL_SHM_DISABLE NCCL_SINGLE_RING_THRESHOLD NCCL_SOCKET_FAMILY
+NCCL_SOCKET_IFNAME NCCL_SOCKET_MAGIC NCCL_SOCKET_NTHREADS NCCL_SOCKET_POLL_TIMEOUT_MSEC
+NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_SYM_GIN_KERNELS_ENABLE NCCL_TOPO_DUMP_FILE
+NCCL_TOPO_FILE NCCL_TREE_THRESHOLD NCCL_TUNER_PLUGIN NCCL_UID_STAGGER_RATE
+NCCL_UID_STAGGER_THRESHOLD NCCL_WIN_ENABLE NCCL_WORK_FIFO_BYTES
+""".split())
+
+# Characters that would change meaning in a systemd EnvironmentFile or in /etc/nccl.conf.
+_UNSAFE_VALUE = re.compile(r"[\s\"'\\$`#]")
+
+
+def _problem(variable, key, value, msg):
+    return {"variable": variable, "key": key, "value": value, "msg": msg}
+
+
+def _origin(origins, key):
+    return (origins or {}).get(key, "nccl_env_overrides.%s" % key)
+
+
+def suggest_variable(name):
+    """Return the known NCCL variable closest to ``name``, or None."""
+    # Compare without the shared NCCL_ prefix, which would make any two names look alike.
+    suffixes = dict((known[5:], known) for known in KNOWN_VARIABLES)
+    wanted = name.upper()
+    wanted = wanted[5:] if wanted.startswith("NCCL_") else wanted
+    matches = difflib.get_close_matches(wanted, sorted(suffixes), n=1, cutoff=0.6)
+    return suffixes[matches[0]] if matches else None
+
+
+def transport_env(transport, socket_ifname="", ib_hca="", ib_gid_index=None, ib_tc=None):
+    """Return the NCCL variables a transport sets, before overrides.
+
+    ``socket``: the TCP design of seed 003 (NCCL_IB_DISABLE=1 and the socket tuning).
+    ``roce``/``ib``: the net_ib transport; IB_HCA and IB_TC for both, IB_GID_INDEX only for RoCE,
+    because InfiniBand addresses ports by LID and ignores the GID index.
+    NCCL_SOCKET_IFNAME is set for every transport: NCCL bootstraps over TCP even on RDMA.
+    """
+    env = {}
+    if socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = str(socket_ifname)
+    if transport == "socket":
+        env.update(SOCKET_DEFAULTS)
+    elif transport in ("roce", "ib"):
+        if ib_hca:
+            env["NCCL_IB_HCA"] = str(ib_hca)
+        if ib_tc is not None:
+            env["NCCL_IB_TC"] = str(ib_tc)
+        if transport == "roce" and ib_gid_index is not None:
+            env["NCCL_IB_GID_INDEX"] = str(ib_gid_index)
+    return env
+
+
+def merge_overrides(env, overrides):
+    """Apply ``nccl_env_overrides``: a value replaces, ``None`` removes a transport default."""
+    merged = dict(env)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_ifname_spec(spec):
+    """Split an NCCL_SOCKET_IFNAME value into (exclude, exact, names), as NCCL does.
+
+    A leading ``^`` excludes the listed names, a following ``=`` makes them exact names instead
+    of prefixes; the rest is a comma-separated list.
+    """
+    spec = str(spec)
+    exclude = spec.startswith("^")
+    if exclude:
+        spec = spec[1:]
+    exact = spec.startswith("=")
+    if exact:
+        spec = spec[1:]
+    names = [part for part in spec.split(",") if part]
+    return exclude, exact, names
+
+
+def ifname_selects(spec, interfaces):
+    """Return the interfaces of ``interfaces`` that NCCL_SOCKET_IFNAME=``spec`` selects."""
+    exclude, exact, names = parse_ifname_spec(spec)
+
+    def matches(iface):
+        if exact:
+            return iface in names
+        return any(iface.startswith(name) for name in names)
+
+    return sorted(iface for iface in interfaces if matches(iface) != exclude)
+
+
+def parse_nccl_int(value):
+    """Read an integer the way NCCL does (strtoll with base 0: 0x hex, leading 0 octal).
+
+    Return None unless the whole value is such an integer: NCCL would stop at the first bad
+    character and use what came before, which hides the operator's mistake.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    match = re.match(r"^([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)$", text)
+    if not match:
+        return None
+    sign, digits = match.groups()
+    if digits[:2].lower() == "0x":
+        number = int(digits[2:], 16)
+    elif digits.startswith("0"):
+        number = int(digits, 8)
+    else:
+        number = int(digits, 10)
+    return -number if sign == "-" else number
+
+
+def _check_int_range(env, key, low, high, origins, problems, skip=()):
+    if key not in env or key in skip:
+        return None
+    number = parse_nccl_int(env[key])
+    if number is None or not low <= number <= high:
+        problems.append(_problem(
+            _origin(origins, key), key, env[key],
+            "%s=%s is outside %d..%d; set %s to an integer in that range"
+            % (key, env[key], low, high, _origin(origins, key))))
+        return None
+    return number
+
+
+def validate_env(env, transport, interfaces=None, origins=None):
+    """Check a merged NCCL environment. Return a list of problems (empty when valid).
+
+    Each problem names the role variable that supplied the value (``origins`` maps an NCCL key to
+    it; keys without an origin came from nccl_env_overrides), the value, and the fix.
+    ``interfaces`` is the host's interface names; None skips the interface check.
+    """
+    problems = []
+    flagged = set()
+    if transport not in TRANSPORTS:
+        problems.append(_problem("nccl_transport", None, transport,
+                                 "nccl_transport=%r is not one of %s; choose one of them"
+                                 % (transport, ", ".join(TRANSPORTS))))
+
+    for key in sorted(env):
+        value = env[key]
+        variable = _origin(origins, key)
+        if key not in KNOWN_VARIABLES:
+            guess = suggest_variable(key)
+            hint = ("did you mean %s? Rename the key" % guess) if guess else "remove it"
+            problems.append(_problem(variable, key, value,
+                                     "%s is not an NCCL variable (NCCL ignores unknown names silently); %s"
+                                     % (key, hint)))
+            flagged.add(key)
+            continue
+        if key == "NCCL_IB_HCA" and value == "" and transport in ("roce", "ib"):
+            continue  # reported below with the fix that applies to RDMA designs
+        if isinstance(value, (dict, list, bool)) or value == "":
+            flagged.add(key)
+            problems.append(_problem(variable, key, value,
+                                     "%s=%r is not a plain value; set %s to a string or an integer "
+                                     "(use 0/1, not true/false), or to null to drop it" % (key, value, variable)))
+        elif _UNSAFE_VALUE.search(str(value)):
+            flagged.add(key)
+            problems.append(_problem(variable, key, value,
+                                     "%s=%r contains whitespace, a quote, a backslash, '$', '`' or '#', which "
+                                     "nccl.conf and systemd EnvironmentFile parse differently; remove them"
+                                     % (key, value)))
+
+    nthreads = _check_int_range(env, "NCCL_SOCKET_NTHREADS", 1, MAX_SOCKET_NTHREADS, origins, problems, flagged)
+    nsocks = _check_int_range(env, "NCCL_NSOCKS_PERTHREAD", 1, MAX_SOCKETS, origins, problems, flagged)
+    if nthreads is not None and nsocks is not None and nthreads * nsocks > MAX_SOCKETS:
+        problems.append(_problem(
+            _origin(origins, "NCCL_NSOCKS_PERTHREAD"), "NCCL_NSOCKS_PERTHREAD", env["NCCL_NSOCKS_PERTHREAD"],
+            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = %d x %d = %d exceeds NCCL's limit of %d sockets "
+            "(NCCL would silently reduce it); lower one of them so the product is at most %d"
+            % (nsocks, nthreads, nsocks * nthreads, MAX_SOCKETS, MAX_SOCKETS)))
+
+    if transport in ("roce", "ib"):
+        # NCCL reads it with strtoll and gives up on net_ib for any non-zero value.
+        if "NCCL_IB_DISABLE" in env and parse_nccl_int(env["NCCL_IB_DISABLE"]) != 0:
+            problems.append(_problem(
+                _origin(origins, "NCCL_IB_DISABLE"), "NCCL_IB_DISABLE", env["NCCL_IB_DISABLE"],
+                "NCCL_IB_DISABLE=1 disables NCCL's net_ib transport, which carries RoCE as well as "
+                "InfiniBand, so nccl_transport=%s would silently fall back to TCP sockets; remove "
+                "NCCL_IB_DISABLE or use nccl_transport=socket" % transport))
+        if not env.get("NCCL_IB_HCA"):
+            problems.append(_problem(
+                _origin(origins, "NCCL_IB_HCA"), "NCCL_IB_HCA", env.get("NCCL_IB_HCA", ""),
+                "nccl_transport=%s needs the RDMA devices NCCL may use; set %s, e.g. '=mlx5_0:1,mlx5_1:1'"
+                % (transport, _origin(origins, "NCCL_IB_HCA"))))
+        _check_int_range(env, "NCCL_IB_TC", 0, 255, origins, problems, flagged)
+        _check_int_range(env, "NCCL_IB_GID_INDEX", -1, 255, origins, problems, flagged)
+
+    if interfaces is not None and env.get("NCCL_SOCKET_IFNAME"):
+        spec = env["NCCL_SOCKET_IFNAME"]
+        if not ifname_selects(spec, interfaces):
+            problems.append(_problem(
+                _origin(origins, "NCCL_SOCKET_IFNAME"), "NCCL_SOCKET_IFNAME", spec,
+                "NCCL_SOCKET_IFNAME=%r selects no interface on this host (interfaces: %s); NCCL "
+                "matches names by prefix, '=' makes them exact and '^' excludes; set %s to one of "
+                "the host's interfaces" % (spec, ", ".join(sorted(interfaces)) or "none",
+                                          _origin(origins, "NCCL_SOCKET_IFNAME"))))
+    return problems
+
+
+def format_problems(problems):
+    """One line per problem, each naming the variable, for a failure message."""
+    return "; ".join("%s: %s" % (p["variable"], p["msg"]) for p in problems)
+
+
+def render_env(env):
+    """Return ``KEY=value`` lines, sorted, as read by /etc/nccl.conf and systemd EnvironmentFile."""
+    return ["%s=%s" % (key, env[key]) for key in sorted(env)]
+
+
+def parse_env_lines(text):
+    """Parse ``KEY=value`` lines (nccl.conf or an EnvironmentFile); ``#`` lines are comments."""
+    env = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        env[key.strip()] = value.strip()
+    return env

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Runs inside the debootstrapped root (chroot) before it is imported as the lab base image.
+# It turns a plain Debian root into something that boots systemd as PID 1 in a container.
+set -eu
+
+# Every container gets a fresh machine-id from systemd at first boot.
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+
+# Units that cannot work in an unprivileged container only add noise and failed states.
+for unit in \
+    getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+    systemd-udevd-control.socket systemd-udevd-kernel.socket systemd-modules-load.service \
+    sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount \
+    systemd-remount-fs.service systemd-firstboot.service apt-daily.timer \
+    apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do
+    ln -sf /dev/null "/etc/systemd/system/${unit}"
+done
+
+# The lab reaches Debian's archive through the host; keep the image's sources aligned with it.
+printf 'deb http://deb.debian.org/debian bookworm main\n' > /etc/apt/sources.list
+printf 'deb http://deb.debian.org/debian-security bookworm-security main\n' >> /etc/apt/sources.list
+
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/* /var/tmp/*
