@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The gpufleet lab: Debian 12 systemd containers that play GPU servers.
 
     lab.py engine            install docker.io/debootstrap when missing, start dockerd
@@ -45,15 +44,24 @@ DOCKERD_LOG = Path("/var/log/gpufleet-lab-dockerd.log")
 # What a systemd container needs here, where --privileged is refused (DESIGN.md section 5).
 SYSTEMD_RUN_ARGS = [
     "--cgroupns=host",
-    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-    "--tmpfs", "/run",
-    "--tmpfs", "/run/lock",
-    "--tmpfs", "/tmp",
-    "--security-opt", "seccomp=unconfined",
-    "--security-opt", "apparmor=unconfined",
-    "--cap-add", "SYS_ADMIN",
-    "--cap-add", "NET_ADMIN",
-    "--stop-signal", "SIGRTMIN+3",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
+    "--tmpfs",
+    "/tmp",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--cap-add",
+    "SYS_ADMIN",
+    "--cap-add",
+    "NET_ADMIN",
+    "--stop-signal",
+    "SIGRTMIN+3",
 ]
 
 
@@ -62,7 +70,7 @@ def log(msg: str) -> None:
 
 
 def run(argv: list[str], check: bool = True, capture: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(argv, text=True, capture_output=capture, **kw)
+    proc = subprocess.run(argv, text=True, capture_output=capture, check=False, **kw)
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout or "").strip() if capture else ""
         raise SystemExit(f"lab: command failed (rc={proc.returncode}): {' '.join(argv)}\n{detail}")
@@ -83,8 +91,11 @@ def engine_running() -> bool:
 
 
 def ensure_packages() -> None:
-    missing = [pkg for pkg, binary in (("docker.io", "dockerd"), ("debootstrap", "debootstrap"))
-               if not shutil.which(binary) and not Path("/usr/sbin", binary).exists()]
+    missing = [
+        pkg
+        for pkg, binary in (("docker.io", "dockerd"), ("debootstrap", "debootstrap"))
+        if not shutil.which(binary) and not Path("/usr/sbin", binary).exists()
+    ]
     if not missing:
         return
     if os.geteuid() != 0:
@@ -101,9 +112,10 @@ def ensure_engine() -> None:
         return
     log(f"starting dockerd (log: {DOCKERD_LOG})")
     with open(DOCKERD_LOG, "ab") as out:
-        subprocess.Popen(["dockerd"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         start_new_session=True)
-    for _ in range(120):
+        subprocess.Popen(
+            ["dockerd"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    for _attempt in range(120):
         if engine_running():
             return
         time.sleep(0.5)
@@ -134,8 +146,10 @@ def build_rootfs_tarball(tarball: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="gpufleet-lab-rootfs-", dir=CACHE_DIR) as tmp:
         root = Path(tmp) / "root"
         log(f"debootstrap {SUITE} into {root} (a few minutes, once per recipe)")
-        run(["debootstrap", "--variant=minbase", f"--include={','.join(recipe_packages())}",
-             SUITE, str(root), MIRROR], capture=False)
+        run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(recipe_packages())}", SUITE, str(root), MIRROR],
+            capture=False,
+        )
         shutil.copy(SETUP_SCRIPT, root / "tmp" / "setup.sh")
         run(["chroot", str(root), "/bin/sh", "/tmp/setup.sh"], capture=False)
         partial = tarball.with_suffix(".partial")
@@ -152,8 +166,7 @@ def ensure_image() -> str:
     if not tarball.exists():
         build_rootfs_tarball(tarball)
     log(f"importing {tarball} as {tag}")
-    run(["docker", "import", "--change", 'CMD ["/sbin/init"]',
-         "--change", "ENV container=docker", str(tarball), tag])
+    run(["docker", "import", "--change", 'CMD ["/sbin/init"]', "--change", "ENV container=docker", str(tarball), tag])
     # Molecule scenarios name the image by the stable tag; it follows the current recipe.
     docker("tag", tag, LATEST)
     # Stale tags of older recipes are the lab's own; drop them so the disk does not fill up.
@@ -173,10 +186,25 @@ def host_names(count: int) -> list[str]:
 
 
 def ensure_network() -> None:
-    if docker("network", "inspect", NETWORK, check=False).returncode == 0:
+    proc = docker("network", "inspect", NETWORK, check=False)
+    if proc.returncode == 0:
+        labels = json.loads(proc.stdout)[0].get("Labels") or {}
+        if labels.get(LABEL) != "1":
+            raise SystemExit(f"lab: a docker network named {NETWORK} exists but is not the lab's; remove or rename it")
         return
-    docker("network", "create", "--driver", "bridge", "--subnet", SUBNET,
-           "--opt", f"com.docker.network.driver.mtu={MTU}", "--label", f"{LABEL}=1", NETWORK)
+    docker(
+        "network",
+        "create",
+        "--driver",
+        "bridge",
+        "--subnet",
+        SUBNET,
+        "--opt",
+        f"com.docker.network.driver.mtu={MTU}",
+        "--label",
+        f"{LABEL}=1",
+        NETWORK,
+    )
 
 
 def container_state(name: str) -> dict | None:
@@ -192,8 +220,20 @@ def start_host(name: str, tag: str) -> None:
         if state["Config"]["Image"] == tag and state["State"]["Running"]:
             return
         docker("rm", "-f", name)
-    docker("run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
-           "--label", f"{LABEL}=1", *SYSTEMD_RUN_ARGS, tag)
+    docker(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--hostname",
+        name,
+        "--network",
+        NETWORK,
+        "--label",
+        f"{LABEL}=1",
+        *SYSTEMD_RUN_ARGS,
+        tag,
+    )
 
 
 def wait_for_systemd(name: str, timeout: float = 90.0) -> str:
@@ -217,6 +257,7 @@ def render_inventory(hosts: dict[str, str]) -> str:
     """The lab inventory: every host on the fabric, the head coordinates, the workers serve."""
     head, *workers = hosts
     lines = [
+        "---",
         "# Written by scripts/lab.py up; removed by lab.py down. Do not edit: it is regenerated.",
         "all:",
         "  vars:",
@@ -270,8 +311,9 @@ def down(purge: bool) -> None:
         if purge:
             for line in docker("images", IMAGE_REPO, "--format", "{{.Repository}}:{{.Tag}}").stdout.split():
                 docker("rmi", line, check=False)
-    if purge and CACHE_DIR.exists():
-        shutil.rmtree(CACHE_DIR)
+    if purge:
+        for tarball in CACHE_DIR.glob(f"{IMAGE_REPO}-*.tar.gz"):
+            tarball.unlink()
     INVENTORY.unlink(missing_ok=True)
     log("lab removed")
 

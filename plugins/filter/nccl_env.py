@@ -68,7 +68,6 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
-
 from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import (
     TRANSPORTS,
     format_problems,
@@ -78,25 +77,30 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import (
 )
 
 
-def nccl_env(overrides, transport, socket_ifname="", ib_hca="", ib_gid_index=None, ib_tc=None,
-             interfaces=None, origins=None):
+def nccl_env(
+    overrides, transport, socket_ifname="", ib_hca="", ib_gid_index=None, ib_tc=None, interfaces=None, origins=None
+):
     if overrides is None:
         overrides = {}
     if not isinstance(overrides, dict):
         raise AnsibleFilterError(
             "gpufleet.inference.nccl_env: nccl_env_overrides must be a mapping of NCCL_* names to values, "
-            "got %s %r" % (type(overrides).__name__, overrides))
+            "got %s %r" % (type(overrides).__name__, overrides)
+        )
     if transport not in TRANSPORTS:
         raise AnsibleFilterError(
-            "gpufleet.inference.nccl_env: nccl_transport=%r is not one of %s" % (transport, ", ".join(TRANSPORTS)))
+            "gpufleet.inference.nccl_env: nccl_transport=%r is not one of %s" % (transport, ", ".join(TRANSPORTS))
+        )
     env = merge_overrides(transport_env(transport, socket_ifname, ib_hca, ib_gid_index, ib_tc), overrides)
     # An overridden key is the override's doing, not the role variable's it replaced.
     origins = dict((key, var) for key, var in (origins or {}).items() if key not in overrides)
-    problems = validate_env(env, transport, interfaces=None if interfaces is None else list(interfaces),
-                            origins=origins)
+    problems = validate_env(
+        env, transport, interfaces=None if interfaces is None else list(interfaces), origins=origins
+    )
     if problems:
-        raise AnsibleFilterError("gpufleet.inference.nccl_env: %d problem(s): %s"
-                                 % (len(problems), format_problems(problems)))
+        raise AnsibleFilterError(
+            "gpufleet.inference.nccl_env: %d problem(s): %s" % (len(problems), format_problems(problems))
+        )
     return {to_text(key): to_text(value) for key, value in env.items()}
 
 

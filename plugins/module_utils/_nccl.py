@@ -38,7 +38,8 @@ SOCKET_DEFAULTS = {
 # (NCCL_PARAM declarations: NCCL_HOSTID, NCCL_WORK_FIFO_BYTES, ...). Deprecated names that NCCL
 # still reads stay in. Used to catch typos, which NCCL itself ignores silently. docs/nccl.md
 # says how the list was made and how to extend it.
-KNOWN_VARIABLES = frozenset("""
+KNOWN_VARIABLES = frozenset(
+    """
 NCCL_ALGO NCCL_ALLOC_P2P_NET_LL_BUFFERS NCCL_BUFFSIZE NCCL_CGA_CLUSTER_SIZE NCCL_CHECKS_DISABLE
 NCCL_CHECK_MODE NCCL_CHECK_POINTERS NCCL_COLLNET_ENABLE NCCL_COLLNET_NODE_THRESHOLD
 NCCL_COMM_BLOCKING NCCL_COMM_ID NCCL_CONF_FILE NCCL_CROSS_NIC NCCL_CTA_POLICY NCCL_CUMEM_ENABLE
@@ -68,7 +69,8 @@ NCCL_SOCKET_IFNAME NCCL_SOCKET_MAGIC NCCL_SOCKET_NTHREADS NCCL_SOCKET_POLL_TIMEO
 NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_SYM_GIN_KERNELS_ENABLE NCCL_TOPO_DUMP_FILE
 NCCL_TOPO_FILE NCCL_TREE_THRESHOLD NCCL_TUNER_PLUGIN NCCL_UID_STAGGER_RATE
 NCCL_UID_STAGGER_THRESHOLD NCCL_WIN_ENABLE NCCL_WORK_FIFO_BYTES
-""".split())
+""".split()
+)
 
 # Characters that would change meaning in a systemd EnvironmentFile or in /etc/nccl.conf.
 _UNSAFE_VALUE = re.compile(r"[\s\"'\\$`#]")
@@ -184,10 +186,15 @@ def _check_int_range(env, key, low, high, origins, problems, skip=()):
         return None
     number = parse_nccl_int(env[key])
     if number is None or not low <= number <= high:
-        problems.append(_problem(
-            _origin(origins, key), key, env[key],
-            "%s=%s is outside %d..%d; set %s to an integer in that range"
-            % (key, env[key], low, high, _origin(origins, key))))
+        problems.append(
+            _problem(
+                _origin(origins, key),
+                key,
+                env[key],
+                "%s=%s is outside %d..%d; set %s to an integer in that range"
+                % (key, env[key], low, high, _origin(origins, key)),
+            )
+        )
         return None
     return number
 
@@ -202,9 +209,14 @@ def validate_env(env, transport, interfaces=None, origins=None):
     problems = []
     flagged = set()
     if transport not in TRANSPORTS:
-        problems.append(_problem("nccl_transport", None, transport,
-                                 "nccl_transport=%r is not one of %s; choose one of them"
-                                 % (transport, ", ".join(TRANSPORTS))))
+        problems.append(
+            _problem(
+                "nccl_transport",
+                None,
+                transport,
+                "nccl_transport=%r is not one of %s; choose one of them" % (transport, ", ".join(TRANSPORTS)),
+            )
+        )
 
     for key in sorted(env):
         value = env[key]
@@ -212,59 +224,96 @@ def validate_env(env, transport, interfaces=None, origins=None):
         if key not in KNOWN_VARIABLES:
             guess = suggest_variable(key)
             hint = ("did you mean %s? Rename the key" % guess) if guess else "remove it"
-            problems.append(_problem(variable, key, value,
-                                     "%s is not an NCCL variable (NCCL ignores unknown names silently); %s"
-                                     % (key, hint)))
+            problems.append(
+                _problem(
+                    variable,
+                    key,
+                    value,
+                    "%s is not an NCCL variable (NCCL ignores unknown names silently); %s" % (key, hint),
+                )
+            )
             flagged.add(key)
             continue
         if key == "NCCL_IB_HCA" and value == "" and transport in ("roce", "ib"):
             continue  # reported below with the fix that applies to RDMA designs
         if isinstance(value, (dict, list, bool)) or value == "":
             flagged.add(key)
-            problems.append(_problem(variable, key, value,
-                                     "%s=%r is not a plain value; set %s to a string or an integer "
-                                     "(use 0/1, not true/false), or to null to drop it" % (key, value, variable)))
+            problems.append(
+                _problem(
+                    variable,
+                    key,
+                    value,
+                    "%s=%r is not a plain value; set %s to a string or an integer "
+                    "(use 0/1, not true/false), or to null to drop it" % (key, value, variable),
+                )
+            )
         elif _UNSAFE_VALUE.search(str(value)):
             flagged.add(key)
-            problems.append(_problem(variable, key, value,
-                                     "%s=%r contains whitespace, a quote, a backslash, '$', '`' or '#', which "
-                                     "nccl.conf and systemd EnvironmentFile parse differently; remove them"
-                                     % (key, value)))
+            problems.append(
+                _problem(
+                    variable,
+                    key,
+                    value,
+                    "%s=%r contains whitespace, a quote, a backslash, '$', '`' or '#', which "
+                    "nccl.conf and systemd EnvironmentFile parse differently; remove them" % (key, value),
+                )
+            )
 
     nthreads = _check_int_range(env, "NCCL_SOCKET_NTHREADS", 1, MAX_SOCKET_NTHREADS, origins, problems, flagged)
     nsocks = _check_int_range(env, "NCCL_NSOCKS_PERTHREAD", 1, MAX_SOCKETS, origins, problems, flagged)
     if nthreads is not None and nsocks is not None and nthreads * nsocks > MAX_SOCKETS:
-        problems.append(_problem(
-            _origin(origins, "NCCL_NSOCKS_PERTHREAD"), "NCCL_NSOCKS_PERTHREAD", env["NCCL_NSOCKS_PERTHREAD"],
-            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = %d x %d = %d exceeds NCCL's limit of %d sockets "
-            "(NCCL would silently reduce it); lower one of them so the product is at most %d"
-            % (nsocks, nthreads, nsocks * nthreads, MAX_SOCKETS, MAX_SOCKETS)))
+        problems.append(
+            _problem(
+                _origin(origins, "NCCL_NSOCKS_PERTHREAD"),
+                "NCCL_NSOCKS_PERTHREAD",
+                env["NCCL_NSOCKS_PERTHREAD"],
+                "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = %d x %d = %d exceeds NCCL's limit of %d sockets "
+                "(NCCL would silently reduce it); lower one of them so the product is at most %d"
+                % (nsocks, nthreads, nsocks * nthreads, MAX_SOCKETS, MAX_SOCKETS),
+            )
+        )
 
     if transport in ("roce", "ib"):
         # NCCL reads it with strtoll and gives up on net_ib for any non-zero value.
         if "NCCL_IB_DISABLE" in env and parse_nccl_int(env["NCCL_IB_DISABLE"]) != 0:
-            problems.append(_problem(
-                _origin(origins, "NCCL_IB_DISABLE"), "NCCL_IB_DISABLE", env["NCCL_IB_DISABLE"],
-                "NCCL_IB_DISABLE=1 disables NCCL's net_ib transport, which carries RoCE as well as "
-                "InfiniBand, so nccl_transport=%s would silently fall back to TCP sockets; remove "
-                "NCCL_IB_DISABLE or use nccl_transport=socket" % transport))
+            problems.append(
+                _problem(
+                    _origin(origins, "NCCL_IB_DISABLE"),
+                    "NCCL_IB_DISABLE",
+                    env["NCCL_IB_DISABLE"],
+                    "NCCL_IB_DISABLE=1 disables NCCL's net_ib transport, which carries RoCE as well as "
+                    "InfiniBand, so nccl_transport=%s would silently fall back to TCP sockets; remove "
+                    "NCCL_IB_DISABLE or use nccl_transport=socket" % transport,
+                )
+            )
         if not env.get("NCCL_IB_HCA"):
-            problems.append(_problem(
-                _origin(origins, "NCCL_IB_HCA"), "NCCL_IB_HCA", env.get("NCCL_IB_HCA", ""),
-                "nccl_transport=%s needs the RDMA devices NCCL may use; set %s, e.g. '=mlx5_0:1,mlx5_1:1'"
-                % (transport, _origin(origins, "NCCL_IB_HCA"))))
+            problems.append(
+                _problem(
+                    _origin(origins, "NCCL_IB_HCA"),
+                    "NCCL_IB_HCA",
+                    env.get("NCCL_IB_HCA", ""),
+                    "nccl_transport=%s needs the RDMA devices NCCL may use; set %s, e.g. '=mlx5_0:1,mlx5_1:1'"
+                    % (transport, _origin(origins, "NCCL_IB_HCA")),
+                )
+            )
         _check_int_range(env, "NCCL_IB_TC", 0, 255, origins, problems, flagged)
         _check_int_range(env, "NCCL_IB_GID_INDEX", -1, 255, origins, problems, flagged)
 
     if interfaces is not None and env.get("NCCL_SOCKET_IFNAME"):
         spec = env["NCCL_SOCKET_IFNAME"]
         if not ifname_selects(spec, interfaces):
-            problems.append(_problem(
-                _origin(origins, "NCCL_SOCKET_IFNAME"), "NCCL_SOCKET_IFNAME", spec,
-                "NCCL_SOCKET_IFNAME=%r selects no interface on this host (interfaces: %s); NCCL "
-                "matches names by prefix, '=' makes them exact and '^' excludes; set %s to one of "
-                "the host's interfaces" % (spec, ", ".join(sorted(interfaces)) or "none",
-                                          _origin(origins, "NCCL_SOCKET_IFNAME"))))
+            variable = _origin(origins, "NCCL_SOCKET_IFNAME")
+            known = ", ".join(sorted(interfaces)) or "none"
+            problems.append(
+                _problem(
+                    variable,
+                    "NCCL_SOCKET_IFNAME",
+                    spec,
+                    "NCCL_SOCKET_IFNAME=%r selects no interface on this host (interfaces: %s); NCCL "
+                    "matches names by prefix, '=' makes them exact and '^' excludes; set %s to one of "
+                    "the host's interfaces" % (spec, known, variable),
+                )
+            )
     return problems
 
 
@@ -281,8 +330,8 @@ def render_env(env):
 def parse_env_lines(text):
     """Parse ``KEY=value`` lines (nccl.conf or an EnvironmentFile); ``#`` lines are comments."""
     env = {}
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
         key, value = line.split("=", 1)

@@ -20,11 +20,13 @@ description:
   - Runs the same validation rules as the P(gpufleet.inference.nccl_env#filter) filter and
     returns the problems it finds. It never changes anything.
 author:
-  - gpufleet.inference contributors
+  - gpufleet.inference developers (@gpufleet)
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   conf_path:
@@ -107,7 +109,6 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import (
     ifname_selects,
     parse_env_lines,
@@ -156,8 +157,12 @@ def main():
     if transport is None:
         transport = "roce" if conf.get("NCCL_IB_HCA") and conf.get("NCCL_IB_DISABLE") != "1" else "socket"
 
-    problems = validate_env(conf, transport, interfaces=interfaces, origins=dict(
-        (key, "%s:%s" % (params["conf_path"], key)) for key in conf))
+    problems = validate_env(
+        conf,
+        transport,
+        interfaces=interfaces,
+        origins=dict((key, "%s:%s" % (params["conf_path"], key)) for key in conf),
+    )
 
     module.exit_json(
         changed=False,

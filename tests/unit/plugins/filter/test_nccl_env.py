@@ -24,8 +24,12 @@ def test_filter_is_registered():
 def test_socket_returns_seed_set_as_strings():
     env = nccl_env({}, "socket", socket_ifname="=bond0", interfaces=["bond0", "lo"])
     assert env == {
-        "NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "0",
-        "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": "2", "NCCL_MIN_NCHANNELS": "4",
+        "NCCL_SOCKET_IFNAME": "=bond0",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_NET_GDR_LEVEL": "0",
+        "NCCL_NSOCKS_PERTHREAD": "4",
+        "NCCL_SOCKET_NTHREADS": "2",
+        "NCCL_MIN_NCHANNELS": "4",
         "NCCL_BUFFSIZE": "8388608",
     }
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
@@ -44,8 +48,7 @@ def test_overrides_are_merged_and_stringified():
 
 
 def test_roce_returns_rdma_variables():
-    env = nccl_env({}, "roce", socket_ifname="bond", ib_hca=HCA, ib_gid_index=3, ib_tc=106,
-                   interfaces=("bond0", "lo"))
+    env = nccl_env({}, "roce", socket_ifname="bond", ib_hca=HCA, ib_gid_index=3, ib_tc=106, interfaces=("bond0", "lo"))
     assert env == {"NCCL_SOCKET_IFNAME": "bond", "NCCL_IB_HCA": HCA, "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "106"}
 
 
@@ -120,17 +123,21 @@ def test_removing_hca_under_roce_fails():
     assert "set nccl_env_overrides.NCCL_IB_HCA" in msg
 
 
-@pytest.mark.parametrize("spec, interfaces", [("eth", ["eth0", "lo"]), ("=bond0", ["bond0"]),
-                                              ("^docker", ["docker0", "ens3"]), ("^=lo", ["lo", "ib0"])])
+@pytest.mark.parametrize(
+    "spec, interfaces",
+    [("eth", ["eth0", "lo"]), ("=bond0", ["bond0"]), ("^docker", ["docker0", "ens3"]), ("^=lo", ["lo", "ib0"])],
+)
 def test_ifname_selecting_an_interface_passes(spec, interfaces):
     assert nccl_env({}, "socket", socket_ifname=spec, interfaces=interfaces)["NCCL_SOCKET_IFNAME"] == spec
 
 
-@pytest.mark.parametrize("spec, interfaces", [("=eth0", ["eth01", "lo"]), ("^docker", ["docker0"]),
-                                              ("bond", ["eth0", "lo"])])
+@pytest.mark.parametrize(
+    "spec, interfaces", [("=eth0", ["eth01", "lo"]), ("^docker", ["docker0"]), ("bond", ["eth0", "lo"])]
+)
 def test_ifname_selecting_nothing_fails(spec, interfaces):
-    msg = error_of({}, "socket", socket_ifname=spec, interfaces=interfaces,
-                   origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"})
+    msg = error_of(
+        {}, "socket", socket_ifname=spec, interfaces=interfaces, origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"}
+    )
     assert f"nccl_socket_ifname: NCCL_SOCKET_IFNAME={spec!r} selects no interface on this host" in msg
     assert f"(interfaces: {', '.join(sorted(interfaces))})" in msg
     assert "set nccl_socket_ifname to one of the host's interfaces" in msg
@@ -147,14 +154,22 @@ def test_ifname_override_without_origin_names_overrides():
 
 def test_override_is_blamed_on_overrides_not_on_the_role_variable_it_replaced():
     # The override wins over socket_ifname, so telling the operator to change nccl_socket_ifname fixes nothing.
-    msg = error_of({"NCCL_SOCKET_IFNAME": "=eth9"}, "socket", socket_ifname="=eth0", interfaces=["eth0"],
-                   origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"})
+    msg = error_of(
+        {"NCCL_SOCKET_IFNAME": "=eth9"},
+        "socket",
+        socket_ifname="=eth0",
+        interfaces=["eth0"],
+        origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"},
+    )
     assert "NCCL_SOCKET_IFNAME='=eth9'" in msg
     assert "set nccl_env_overrides.NCCL_SOCKET_IFNAME to one of the host's interfaces" in msg, msg
 
 
-@pytest.mark.parametrize("value", [True, {"level": "WARN"}, "", "WARN INFO", 'W"', "$LEVEL"],
-                         ids=["bool", "dict", "empty", "space", "quote", "dollar"])
+@pytest.mark.parametrize(
+    "value",
+    [True, {"level": "WARN"}, "", "WARN INFO", 'W"', "$LEVEL"],
+    ids=["bool", "dict", "empty", "space", "quote", "dollar"],
+)
 def test_bad_values_fail(value):
     msg = error_of({"NCCL_DEBUG": value}, "socket")
     assert f"1 problem(s): nccl_env_overrides.NCCL_DEBUG: NCCL_DEBUG={value!r}" in msg
@@ -162,16 +177,25 @@ def test_bad_values_fail(value):
 
 def test_all_problems_reported_and_counted():
     overrides = {
-        "NCCL_SOCKET_NTHREAD": 8,          # unknown name
-        "NCCL_SOCKET_NTHREADS": 32,        # out of range
-        "NCCL_DEBUG": "WARN INFO",         # unsafe value
-        "NCCL_P2P_DISABLE": True,          # bool
+        "NCCL_SOCKET_NTHREAD": 8,  # unknown name
+        "NCCL_SOCKET_NTHREADS": 32,  # out of range
+        "NCCL_DEBUG": "WARN INFO",  # unsafe value
+        "NCCL_P2P_DISABLE": True,  # bool
     }
-    msg = error_of(overrides, "socket", socket_ifname="=eth9", interfaces=["eth0", "lo"],
-                   origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"})
+    msg = error_of(
+        overrides,
+        "socket",
+        socket_ifname="=eth9",
+        interfaces=["eth0", "lo"],
+        origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"},
+    )
     assert msg.startswith("gpufleet.inference.nccl_env: 5 problem(s): ")
     assert len(re.findall(r"(?:problem\(s\): |; )(nccl_env_overrides\.NCCL_\w+|nccl_socket_ifname): ", msg)) == 5
-    for needle in ("did you mean NCCL_SOCKET_NTHREADS?", "NCCL_SOCKET_NTHREADS=32 is outside 1..16",
-                   "NCCL_DEBUG='WARN INFO' contains whitespace", "NCCL_P2P_DISABLE=True is not a plain value",
-                   "nccl_socket_ifname: NCCL_SOCKET_IFNAME='=eth9' selects no interface"):
+    for needle in (
+        "did you mean NCCL_SOCKET_NTHREADS?",
+        "NCCL_SOCKET_NTHREADS=32 is outside 1..16",
+        "NCCL_DEBUG='WARN INFO' contains whitespace",
+        "NCCL_P2P_DISABLE=True is not a plain value",
+        "nccl_socket_ifname: NCCL_SOCKET_IFNAME='=eth9' selects no interface",
+    ):
         assert needle in msg

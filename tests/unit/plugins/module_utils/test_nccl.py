@@ -24,12 +24,15 @@ def problems_for(env, transport="socket", **kwargs):
     return problems, format_problems(problems)
 
 
-@pytest.mark.parametrize("typo, known", [
-    ("NCCL_SOCKET_NTHREAD", "NCCL_SOCKET_NTHREADS"),
-    ("NCCL_IB_GID_IDX", "NCCL_IB_GID_INDEX"),
-    ("NCCL_NSOCK_PERTHREAD", "NCCL_NSOCKS_PERTHREAD"),
-    ("nccl_debug", "NCCL_DEBUG"),
-])
+@pytest.mark.parametrize(
+    "typo, known",
+    [
+        ("NCCL_SOCKET_NTHREAD", "NCCL_SOCKET_NTHREADS"),
+        ("NCCL_IB_GID_IDX", "NCCL_IB_GID_INDEX"),
+        ("NCCL_NSOCK_PERTHREAD", "NCCL_NSOCKS_PERTHREAD"),
+        ("nccl_debug", "NCCL_DEBUG"),
+    ],
+)
 def test_unknown_name_suggests_closest(typo, known):
     assert suggest_variable(typo) == known
     problems, msg = problems_for({typo: "2"})
@@ -114,7 +117,7 @@ def test_ib_disable_is_fine_under_socket_and_zero_under_rdma():
 @pytest.mark.parametrize("transport", ["roce", "ib"])
 @pytest.mark.parametrize("env", [{}, {"NCCL_IB_HCA": ""}], ids=["missing", "empty"])
 def test_rdma_without_ib_hca_fails(transport, env):
-    _, msg = problems_for(env, transport, origins={"NCCL_IB_HCA": "nccl_ib_hca"})
+    _problems, msg = problems_for(env, transport, origins={"NCCL_IB_HCA": "nccl_ib_hca"})
     assert f"nccl_ib_hca: nccl_transport={transport} needs the RDMA devices NCCL may use" in msg
     assert "set nccl_ib_hca, e.g. '=mlx5_0:1,mlx5_1:1'" in msg
 
@@ -140,19 +143,22 @@ def test_unknown_transport_fails():
     assert "nccl_transport='tcp' is not one of socket, roce, ib; choose one of them" in msg
 
 
-@pytest.mark.parametrize("spec, selected", [
-    ("eth", ["eth0", "eth01"]),
-    ("eth0", ["eth0", "eth01"]),
-    ("=eth0", ["eth0"]),
-    ("^docker", ["bond0", "eth0", "eth01", "lo"]),
-    ("^=lo", ["bond0", "docker0", "eth0", "eth01"]),
-    ("^=eth0", ["bond0", "docker0", "eth01", "lo"]),
-    ("^docker,lo", ["bond0", "eth0", "eth01"]),
-    ("=eth0,bond0", ["bond0", "eth0"]),
-    ("bond,eth0", ["bond0", "eth0", "eth01"]),
-    ("=eth", []),
-    ("ib", []),
-])
+@pytest.mark.parametrize(
+    "spec, selected",
+    [
+        ("eth", ["eth0", "eth01"]),
+        ("eth0", ["eth0", "eth01"]),
+        ("=eth0", ["eth0"]),
+        ("^docker", ["bond0", "eth0", "eth01", "lo"]),
+        ("^=lo", ["bond0", "docker0", "eth0", "eth01"]),
+        ("^=eth0", ["bond0", "docker0", "eth01", "lo"]),
+        ("^docker,lo", ["bond0", "eth0", "eth01"]),
+        ("=eth0,bond0", ["bond0", "eth0"]),
+        ("bond,eth0", ["bond0", "eth0", "eth01"]),
+        ("=eth", []),
+        ("ib", []),
+    ],
+)
 def test_ifname_selects(spec, selected):
     assert ifname_selects(spec, HOST_IFACES) == selected
 
@@ -162,16 +168,20 @@ def test_ifname_matching_an_interface_passes(spec):
     assert validate_env({"NCCL_SOCKET_IFNAME": spec}, "socket", interfaces=HOST_IFACES) == []
 
 
-@pytest.mark.parametrize("spec, interfaces", [
-    ("=eth", ["eth0", "lo"]),
-    ("=eth0", ["eth01", "lo"]),
-    ("ib", ["eth0", "lo"]),
-    ("^=lo", ["lo"]),
-    ("^eth,lo", ["eth0", "lo"]),
-])
+@pytest.mark.parametrize(
+    "spec, interfaces",
+    [
+        ("=eth", ["eth0", "lo"]),
+        ("=eth0", ["eth01", "lo"]),
+        ("ib", ["eth0", "lo"]),
+        ("^=lo", ["lo"]),
+        ("^eth,lo", ["eth0", "lo"]),
+    ],
+)
 def test_ifname_matching_nothing_fails_naming_interfaces(spec, interfaces):
-    problems, msg = problems_for({"NCCL_SOCKET_IFNAME": spec}, interfaces=interfaces,
-                                 origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"})
+    problems, msg = problems_for(
+        {"NCCL_SOCKET_IFNAME": spec}, interfaces=interfaces, origins={"NCCL_SOCKET_IFNAME": "nccl_socket_ifname"}
+    )
     assert len(problems) == 1
     assert problems[0]["variable"] == "nccl_socket_ifname"
     assert msg.startswith("nccl_socket_ifname: ")
@@ -181,7 +191,7 @@ def test_ifname_matching_nothing_fails_naming_interfaces(spec, interfaces):
 
 
 def test_ifname_without_origin_names_overrides_and_no_interfaces():
-    _, msg = problems_for({"NCCL_SOCKET_IFNAME": "eth"}, interfaces=[])
+    _problems, msg = problems_for({"NCCL_SOCKET_IFNAME": "eth"}, interfaces=[])
     assert "(interfaces: none)" in msg
     assert "set nccl_env_overrides.NCCL_SOCKET_IFNAME to" in msg
 
@@ -208,18 +218,29 @@ def test_unsafe_characters_fail(value):
     assert "remove them" in msg
 
 
-@pytest.mark.parametrize("key, value", [
-    ("NCCL_DEBUG", "WARN"), ("NCCL_P2P_DISABLE", 0), ("NCCL_P2P_DISABLE", 1), ("NCCL_IB_HCA", HCA),
-    ("NCCL_SOCKET_IFNAME", "^=lo,docker0"), ("NCCL_DEBUG_FILE", "/tmp/nccl.%h.%p"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("NCCL_DEBUG", "WARN"),
+        ("NCCL_P2P_DISABLE", 0),
+        ("NCCL_P2P_DISABLE", 1),
+        ("NCCL_IB_HCA", HCA),
+        ("NCCL_SOCKET_IFNAME", "^=lo,docker0"),
+        ("NCCL_DEBUG_FILE", "/tmp/nccl.%h.%p"),
+    ],
+)
 def test_plain_values_pass(key, value):
     assert validate_env({key: value}, "socket") == []
 
 
 def test_socket_defaults_are_the_seed_set():
     assert transport_env("socket") == {
-        "NCCL_IB_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "0", "NCCL_NSOCKS_PERTHREAD": "4",
-        "NCCL_SOCKET_NTHREADS": "2", "NCCL_MIN_NCHANNELS": "4", "NCCL_BUFFSIZE": "8388608",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_NET_GDR_LEVEL": "0",
+        "NCCL_NSOCKS_PERTHREAD": "4",
+        "NCCL_SOCKET_NTHREADS": "2",
+        "NCCL_MIN_NCHANNELS": "4",
+        "NCCL_BUFFSIZE": "8388608",
     }
     assert transport_env("socket") == SOCKET_DEFAULTS
     assert validate_env(transport_env("socket", "=bond0"), "socket", interfaces=["bond0"]) == []
@@ -227,7 +248,10 @@ def test_socket_defaults_are_the_seed_set():
 
 def test_roce_sets_hca_tc_gid_index_and_ifname():
     assert transport_env("roce", "=bond0", HCA, 3, 106) == {
-        "NCCL_SOCKET_IFNAME": "=bond0", "NCCL_IB_HCA": HCA, "NCCL_IB_TC": "106", "NCCL_IB_GID_INDEX": "3",
+        "NCCL_SOCKET_IFNAME": "=bond0",
+        "NCCL_IB_HCA": HCA,
+        "NCCL_IB_TC": "106",
+        "NCCL_IB_GID_INDEX": "3",
     }
 
 
@@ -238,8 +262,9 @@ def test_ib_does_not_set_gid_index_and_zero_is_kept_for_roce():
 
 def test_merge_overrides_replaces_adds_and_none_removes():
     base = transport_env("socket")
-    merged = merge_overrides(base, {"NCCL_IB_DISABLE": None, "NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG": "WARN",
-                                    "NCCL_ALGO": None})
+    merged = merge_overrides(
+        base, {"NCCL_IB_DISABLE": None, "NCCL_BUFFSIZE": "4194304", "NCCL_DEBUG": "WARN", "NCCL_ALGO": None}
+    )
     assert "NCCL_IB_DISABLE" not in merged and "NCCL_ALGO" not in merged
     assert merged["NCCL_BUFFSIZE"] == "4194304" and merged["NCCL_DEBUG"] == "WARN"
     assert base == SOCKET_DEFAULTS

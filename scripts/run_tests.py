@@ -1,0 +1,168 @@
+"""Run the whole test suite in stages, stop at the first failure, end with a pytest-style summary.
+
+    run_tests.py                 every stage, in order
+    run_tests.py STAGE ...       only these stages (names as listed by --list)
+    run_tests.py --list          list the stages
+
+`make test` (and so .ci/run) calls this. Each stage is a real command; a stage that does not run
+because an earlier one failed is reported as "not run", never silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = REPO / ".venv" / "bin"
+# Outside the checkout: inside it, ansible-test would see the checkout's git ignore rules.
+COLLECTION_COPY = Path(tempfile.gettempdir(), "gpufleet-ansible-test", "ansible_collections", "gpufleet", "inference")
+GET_PIP_STANDIN = REPO / "scripts" / "ansible_test_get_pip.py"
+PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{VENV_BIN}:{e.get('PATH', '')}"
+    e["MOLECULE_GLOB"] = "molecule/*/molecule.yml"
+    e["PYTHONPATH"] = str(REPO / "collections")
+    e["ANSIBLE_FORCE_COLOR"] = "0"
+    e["NO_COLOR"] = "1"
+    e["PY_COLORS"] = "0"
+    return e
+
+
+def copy_collection() -> Path:
+    """ansible-test must run from .../ansible_collections/<ns>/<name>: copy what git would ship."""
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    if COLLECTION_COPY.exists():
+        shutil.rmtree(COLLECTION_COPY)
+    for name in filter(None, files):
+        src = REPO / name
+        if not src.is_file():
+            continue
+        dest = COLLECTION_COPY / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest, follow_symlinks=False)
+    return COLLECTION_COPY
+
+
+def install_get_pip_standin() -> None:
+    """Put the local pip bootstrap where ansible-test looks before it tries to download one."""
+    sys.path.insert(0, str(next((VENV_BIN.parent / "lib").glob("python3*/site-packages"))))
+    from ansible_test._internal.python_requirements import get_venv_packages  # noqa: PLC0415
+
+    class _Python:
+        version = PYTHON_VERSION
+
+    version = get_venv_packages(_Python())["pip"]
+    cache = Path.home() / ".ansible" / "test" / "cache" / f"get_pip_{version.replace('.', '_')}.py"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(GET_PIP_STANDIN, cache)
+
+
+def ansible_test(*args: str) -> tuple[list[str], Path]:
+    install_get_pip_standin()
+    cwd = copy_collection()
+    return [str(VENV_BIN / "ansible-test"), *args, "--venv", "--python", PYTHON_VERSION, "--color", "no"], cwd
+
+
+def lab(*args: str) -> list[str]:
+    return [sys.executable, str(REPO / "scripts" / "lab.py"), *args]
+
+
+def playbook(*args: str) -> list[str]:
+    return [str(VENV_BIN / "ansible-playbook"), "-i", "inventories/lab", *args]
+
+
+# name -> list of commands (argv, or a callable returning (argv, cwd)); run in order.
+STAGES: dict[str, list] = {
+    "yamllint": [["yamllint", "--strict", "."]],
+    "ansible-lint": [["ansible-lint", "--offline", "--strict"]],
+    "ruff": [["ruff", "check", "."], ["ruff", "format", "--check", "--diff", "."]],
+    "changelog-lint": [["antsibull-changelog", "lint"]],
+    "sanity": [lambda: ansible_test("sanity", "--requirements")],
+    "units": [lambda: ansible_test("units", "--requirements")],
+    "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab"]],
+    "molecule": [["molecule", "test", "--all"]],
+    "lab": [
+        lab("up"),
+        [str(VENV_BIN / "ansible"), "-i", "inventories/lab", "all", "-m", "ansible.builtin.ping"],
+        playbook("playbooks/site.yml"),
+        [sys.executable, str(REPO / "scripts" / "assert_idempotent.py"), *playbook("playbooks/site.yml")],
+        lab("down"),
+    ],
+}
+
+PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|warnings?)")
+
+
+def run_stage(name: str) -> tuple[bool, str]:
+    detail = ""
+    for step in STAGES[name]:
+        argv, cwd = step() if callable(step) else (step, REPO)
+        print(f"\n----- {name}: {' '.join(argv)}", flush=True)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        last = ""
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if PYTEST_COUNTS.search(line) and ("passed" in line or "failed" in line):
+                last = line.strip().strip("= ")
+        sys.stdout.flush()
+        if proc.wait() != 0:
+            return False, f"exit {proc.returncode}: {' '.join(argv)}"
+        detail = last or detail
+    return True, detail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stages", nargs="*", help="stages to run (default: all)")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(STAGES))
+        return 0
+    unknown = [s for s in args.stages if s not in STAGES]
+    if unknown:
+        parser.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    selected = args.stages or list(STAGES)
+
+    results: list[tuple[str, str, float, str]] = []
+    start = time.monotonic()
+    failed = False
+    for name in selected:
+        if failed:
+            results.append((name, "NOT RUN", 0.0, "an earlier stage failed"))
+            continue
+        t0 = time.monotonic()
+        ok, detail = run_stage(name)
+        results.append((name, "PASSED" if ok else "FAILED", time.monotonic() - t0, detail))
+        failed = not ok
+
+    print("\n" + " stage summary ".center(78, "="))
+    for name, state, secs, detail in results:
+        print(f"{state:8} {name:15} {secs:7.1f}s  {detail}")
+    passed = sum(1 for r in results if r[1] == "PASSED")
+    nfailed = sum(1 for r in results if r[1] == "FAILED")
+    not_run = sum(1 for r in results if r[1] == "NOT RUN")
+    tail = f"{passed} passed, {nfailed} failed" + (f", {not_run} not run" if not_run else "")
+    print(f" {tail} in {time.monotonic() - start:.1f}s ".center(78, "="))
+    return 1 if nfailed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
