@@ -96,7 +96,7 @@ STAGES: dict[str, list] = {
     "changelog-lint": [["antsibull-changelog", "lint"]],
     "sanity": [lambda: ansible_test("sanity", "--requirements")],
     "units": [lambda: ansible_test("units", "--requirements")],
-    "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab"]],
+    "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab", "tests/packaging"]],
     "molecule": [["molecule", "test", "--all"]],
     "lab": [
         lab("up"),
