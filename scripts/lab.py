@@ -103,7 +103,7 @@ def ensure_packages() -> None:
     log(f"installing {' '.join(missing)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     run(["apt-get", "update", "-qq"], env=env)
-    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing, "iptables"], env=env)
+    run(["apt-get", "install", "-y", "-qq", *missing], env=env)
 
 
 def ensure_engine() -> None:
