@@ -161,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(1 for r in results if r[1] == "PASSED")
     nfailed = sum(1 for r in results if r[1] == "FAILED")
     not_run = sum(1 for r in results if r[1] == "NOT RUN")
-    tail = f"{passed} passed, {nfailed} failed" + (f", {not_run} not run" if not_run else "")
+    # Same order and wording as pytest's closing line ("1 failed, 3 passed in 2.0s").
+    counts = [f"{nfailed} failed"] if nfailed else []
+    counts.append(f"{passed} passed")
+    if not_run:
+        counts.append(f"{not_run} not run")
+    tail = ", ".join(counts)
     print(f" {tail} in {time.monotonic() - start:.1f}s ".center(78, "="))
     return 1 if nfailed else 0
 
