@@ -113,21 +113,19 @@ PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpasse
 
 
 def run_stage(name: str) -> tuple[bool, str]:
-    detail = ""
+    counts: list[str] = []
     for step in STAGES[name]:
         argv, cwd = step() if callable(step) else (step, REPO)
         print(f"\n----- {name}: {' '.join(argv)}", flush=True)
         proc = subprocess.Popen(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        last = ""
         for line in proc.stdout:
             sys.stdout.write(line)
             if PYTEST_COUNTS.search(line) and ("passed" in line or "failed" in line):
-                last = line.strip().strip("= ")
+                counts.append(line.strip().strip("= "))
         sys.stdout.flush()
         if proc.wait() != 0:
             return False, f"exit {proc.returncode}: {' '.join(argv)}"
-        detail = last or detail
-    return True, detail
+    return True, "; ".join(counts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -322,11 +322,6 @@ def format_problems(problems):
     return "; ".join("%s: %s" % (p["variable"], p["msg"]) for p in problems)
 
 
-def render_env(env):
-    """Return ``KEY=value`` lines, sorted, as read by /etc/nccl.conf and systemd EnvironmentFile."""
-    return ["%s=%s" % (key, env[key]) for key in sorted(env)]
-
-
 def parse_env_lines(text):
     """Parse ``KEY=value`` lines (nccl.conf or an EnvironmentFile); ``#`` lines are comments."""
     env = {}
