@@ -159,14 +159,13 @@ def build_rootfs_tarball(tarball: Path) -> None:
 
 def ensure_image() -> str:
     tag = image_tag()
-    if image_exists(tag):
-        docker("tag", tag, LATEST)
-        return tag
-    tarball = CACHE_DIR / f"{tag.replace(':', '-')}.tar.gz"
-    if not tarball.exists():
-        build_rootfs_tarball(tarball)
-    log(f"importing {tarball} as {tag}")
-    run(["docker", "import", "--change", 'CMD ["/sbin/init"]', "--change", "ENV container=docker", str(tarball), tag])
+    if not image_exists(tag):
+        tarball = CACHE_DIR / f"{tag.replace(':', '-')}.tar.gz"
+        if not tarball.exists():
+            build_rootfs_tarball(tarball)
+        log(f"importing {tarball} as {tag}")
+        changes = ["--change", 'CMD ["/sbin/init"]', "--change", "ENV container=docker"]
+        run(["docker", "import", *changes, str(tarball), tag])
     # Molecule scenarios name the image by the stable tag; it follows the current recipe.
     docker("tag", tag, LATEST)
     # Stale tags of older recipes are the lab's own; drop them so the disk does not fill up.

@@ -69,7 +69,6 @@ _value:
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import (
-    TRANSPORTS,
     format_problems,
     merge_overrides,
     transport_env,
@@ -86,10 +85,6 @@ def nccl_env(
         raise AnsibleFilterError(
             "gpufleet.inference.nccl_env: nccl_env_overrides must be a mapping of NCCL_* names to values, "
             "got %s %r" % (type(overrides).__name__, overrides)
-        )
-    if transport not in TRANSPORTS:
-        raise AnsibleFilterError(
-            "gpufleet.inference.nccl_env: nccl_transport=%r is not one of %s" % (transport, ", ".join(TRANSPORTS))
         )
     env = merge_overrides(transport_env(transport, socket_ifname, ib_hca, ib_gid_index, ib_tc), overrides)
     # An overridden key is the override's doing, not the role variable's it replaced.
