@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The llama_rpc_instances filter: a thin wrapper over module_utils/_llama_cpp.py."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: llama_rpc_instances
+short_description: Plan the llama.cpp RPC servers of one worker
+version_added: 0.1.0
+description:
+  - Returns one entry per RPC server of a worker, with its port, its ggml device (C(-d)) and the
+    C(host:port) endpoint the coordinator's C(--rpc) uses.
+  - With O(per_device), there is one server per device, on consecutive ports from O(port).
+    Devices default to C(CUDA0..CUDA<n-1>) for the O(gpu_count) GPUs found.
+  - Fails, naming the variable and the fix, when the bind address is not an IP, is the
+    unspecified address, or is outside the fabric subnet.
+options:
+  _input:
+    description: The address the servers bind to, the node's fabric address.
+    type: str
+    required: true
+  port:
+    description: Port of the first server.
+    type: int
+    required: true
+  per_device:
+    description: One server per device.
+    type: bool
+    default: false
+  devices:
+    description: ggml device names; empty derives them from O(gpu_count).
+    type: list
+    elements: str
+    default: []
+  gpu_count:
+    description: GPUs on the host.
+    type: int
+    default: 0
+  subnet:
+    description: The fabric subnet the address must be in; empty skips the check.
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Plan the servers
+  ansible.builtin.set_fact:
+    __instances: "{{ '10.10.0.11' | gpufleet.inference.llama_rpc_instances(port=50052, per_device=true, gpu_count=8) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One entry per server.
+  type: list
+  elements: dict
+  contains:
+    port:
+      description: TCP port.
+      type: int
+    device:
+      description: ggml device, empty for the build's default.
+      type: str
+    endpoint:
+      description: C(address:port) for C(--rpc).
+      type: str
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import (
+    check_fabric_address,
+    rpc_endpoint,
+    rpc_instances,
+)
+
+
+def llama_rpc_instances(address, port, per_device=False, devices=None, gpu_count=0, subnet=""):
+    problem = check_fabric_address("llama_rpc_bind_address", address, subnet)
+    if problem:
+        raise AnsibleFilterError(problem)
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("llama_rpc_port=%r is not a TCP port; set it to 1..65535" % (port,)) from None
+    if not 0 < port < 65536:
+        raise AnsibleFilterError("llama_rpc_port=%r is not a TCP port; set it to 1..65535" % (port,))
+    instances = rpc_instances(devices or [], per_device, gpu_count, port)
+    if instances[-1]["port"] > 65535:
+        raise AnsibleFilterError("llama_rpc_port=%s leaves no room for %d servers" % (port, len(instances)))
+    for instance in instances:
+        instance["endpoint"] = rpc_endpoint(address, instance["port"])
+    return instances
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"llama_rpc_instances": llama_rpc_instances}

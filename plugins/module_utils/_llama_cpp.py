@@ -1,0 +1,266 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llama.cpp facts the roles build on: flag dialects, argument validation, build identity.
+
+Facts (../shared/research/llamacpp_flags.txt, upstream common/arg.cpp and tools/rpc):
+- The RPC worker target is `ggml-rpc-server`; older trees call it `rpc-server`.
+- `-fa/--flash-attn` takes on|off|auto; older builds had a bare boolean `-fa`.
+- `-lm/--load-mode` replaced `--no-mmap`, `--mlock` and `--mmap`.
+- The RPC server has no authentication: it binds to one fabric address, never 0.0.0.0.
+
+Everything here is pure, so the filters, the modules and the unit tests share it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import re
+
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+FLASH_ATTN = ("on", "off", "auto")
+LEGACY_MMAP_FLAGS = ("--no-mmap", "--mlock", "--mmap")
+# Flags the llama_server role owns: passing them in llama_server_extra_args would duplicate
+# them, and --api-key would put the secret into the unit file and the process list.
+MANAGED_FLAGS = {
+    "-m": "llama_server_model_path",
+    "--model": "llama_server_model_path",
+    "--rpc": "the llama_rpc_workers group",
+    "--host": "llama_server_host",
+    "--port": "llama_server_port",
+    "--api-key": "llama_server_api_key",
+    "--api-key-file": "llama_server_api_key",
+    "-ngl": "llama_server_n_gpu_layers",
+    "--gpu-layers": "llama_server_n_gpu_layers",
+    "--n-gpu-layers": "llama_server_n_gpu_layers",
+    "-ncmoe": "llama_server_n_cpu_moe",
+    "--n-cpu-moe": "llama_server_n_cpu_moe",
+    "-ot": "llama_server_override_tensor",
+    "--override-tensor": "llama_server_override_tensor",
+    "-c": "llama_server_ctx_size",
+    "--ctx-size": "llama_server_ctx_size",
+    "-np": "llama_server_parallel",
+    "--parallel": "llama_server_parallel",
+    "-lm": "llama_server_load_mode",
+    "--load-mode": "llama_server_load_mode",
+    "-fa": "llama_server_flash_attn",
+    "--flash-attn": "llama_server_flash_attn",
+}
+
+
+def cuda_architecture(compute_cap):
+    """'12.0' -> '120' (Blackwell), '9.0' -> '90' (Hopper), '8.9' -> '89' (Ada), '8.6' -> '86'."""
+    match = re.match(r"^\s*(\d+)\.(\d+)\s*$", str(compute_cap))
+    if not match:
+        raise ValueError("not a CUDA compute capability: %r" % (compute_cap,))
+    return "%d%d" % (int(match.group(1)), int(match.group(2)))
+
+
+def cuda_architectures(compute_caps):
+    """Distinct CMAKE_CUDA_ARCHITECTURES values, sorted numerically, for the GPUs found."""
+    return sorted({cuda_architecture(cap) for cap in compute_caps}, key=int)
+
+
+def dialect_from_source(arg_cpp, rpc_cmakelists):
+    """The flag dialect of a llama.cpp tree, from common/arg.cpp and tools/rpc/CMakeLists.txt."""
+    target = re.search(r"set\s*\(\s*TARGET\s+([\w-]+)\s*\)", rpc_cmakelists or "")
+    return {
+        "rpc_server_binary": target.group(1) if target else "",
+        "flash_attn_value": bool(re.search(r'"--flash-attn"\s*\}\s*,\s*"\[on\|off\|auto\]"', arg_cpp)),
+        "load_mode": '"--load-mode"' in arg_cpp,
+        "legacy_mmap_flags": '"--no-mmap"' in arg_cpp,
+    }
+
+
+def dialect_from_help(help_text, rpc_server_binary=""):
+    """The flag dialect of a built llama-server, from its --help output."""
+    return {
+        "rpc_server_binary": rpc_server_binary,
+        "flash_attn_value": bool(re.search(r"--flash-attn\s+\[on\|off\|auto\]", help_text)),
+        "load_mode": bool(re.search(r"--load-mode\b", help_text)),
+        "legacy_mmap_flags": bool(re.search(r"--no-mmap\b", help_text)),
+    }
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_like(value):
+    if _is_int(value):
+        return True
+    return isinstance(value, str) and re.match(r"^-?\d+$", value) is not None
+
+
+def server_argv(settings, dialect):
+    """Validate the llama_server settings against a dialect and build llama-server's arguments.
+
+    settings: model_path, rpc (list of 'host:port'), host, port, n_gpu_layers, n_cpu_moe,
+    override_tensor (list), ctx_size, parallel, load_mode, flash_attn, extra_args (list).
+    Returns (argv, problems); argv is only meaningful when problems is empty.
+    """
+    problems = []
+    argv = ["--model", settings.get("model_path") or ""]
+    if not settings.get("model_path"):
+        problems.append("llama_server_model_path is empty; set it to the GGUF path on the coordinator")
+    rpc = settings.get("rpc") or []
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+    argv += ["--host", str(settings.get("host")), "--port", str(settings.get("port"))]
+    if not settings.get("host"):
+        problems.append("llama_server_host is empty; set it to 127.0.0.1, or to an address clients reach")
+    port = settings.get("port")
+    if not _int_like(port) or not 0 < int(port) < 65536:
+        problems.append("llama_server_port=%r is not a TCP port; set it to 1..65535" % (port,))
+
+    ngl = settings.get("n_gpu_layers")
+    if ngl is not None:
+        if str(ngl) in ("auto", "all") or (_int_like(ngl) and int(ngl) >= 0):
+            argv += ["--n-gpu-layers", str(ngl)]
+        else:
+            problems.append("llama_server_n_gpu_layers=%r is invalid; use an integer >= 0, 'auto' or 'all'" % (ngl,))
+    for name, flag, minimum in (
+        ("n_cpu_moe", "--n-cpu-moe", 0),
+        ("ctx_size", "--ctx-size", 0),
+        ("parallel", "--parallel", 1),
+    ):
+        value = settings.get(name)
+        if value is None:
+            continue
+        if _int_like(value) and int(value) >= minimum:
+            argv += [flag, str(int(value))]
+        else:
+            problems.append("llama_server_%s=%r is invalid; use an integer >= %d" % (name, value, minimum))
+    for rule in settings.get("override_tensor") or []:
+        pattern, sep, buffer_type = str(rule).partition("=")
+        if not sep or not pattern or not buffer_type:
+            problems.append(
+                "llama_server_override_tensor entry %r is not '<tensor regex>=<buffer type>'; "
+                "for example 'blk\\.(1[0-9])\\.ffn_.*_exps\\.=CPU'" % (rule,)
+            )
+            continue
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append("llama_server_override_tensor entry %r has a bad regex: %s" % (rule, exc))
+            continue
+        argv += ["--override-tensor", str(rule)]
+
+    problems += _flash_attn(settings.get("flash_attn"), dialect, argv)
+    problems += _load_mode(settings.get("load_mode"), dialect, argv)
+    problems += _extra_args(settings.get("extra_args") or [], dialect, argv)
+    return argv, problems
+
+
+def _flash_attn(value, dialect, argv):
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        value = "on" if value else "off"
+    if not isinstance(value, str) or value not in FLASH_ATTN:
+        return ["llama_server_flash_attn=%r is invalid; use one of on, off, auto" % (value,)]
+    if dialect.get("flash_attn_value"):
+        argv += ["--flash-attn", value]
+    elif value == "on":
+        argv.append("--flash-attn")
+    elif value == "auto":
+        return [
+            "llama_server_flash_attn=auto needs a build whose -fa takes on|off|auto; this one has a bare -fa. "
+            "Use on or off, or build a newer llama.cpp"
+        ]
+    return []
+
+
+def _load_mode(value, dialect, argv):
+    if value is None:
+        return []
+    if value not in LOAD_MODES:
+        return ["llama_server_load_mode=%r is invalid; use one of %s" % (value, ", ".join(LOAD_MODES))]
+    if dialect.get("load_mode"):
+        argv += ["--load-mode", value]
+        return []
+    # --load-mode mlock is "no mmap, then mlock"; an old --mlock alone keeps mmap on (mmap+mlock).
+    legacy = {
+        "none": ["--no-mmap"],
+        "mlock": ["--no-mmap", "--mlock"],
+        "mmap+mlock": ["--mlock"],
+        "mmap": [],
+        "auto": [],
+    }
+    if value not in legacy:
+        return ["llama_server_load_mode=%s needs a build with --load-mode; this one only has --no-mmap/--mlock" % value]
+    argv += legacy[value]
+    return []
+
+
+def _extra_args(extra, dialect, argv):
+    problems = []
+    if not isinstance(extra, list):
+        return ["llama_server_extra_args must be a list of arguments, got %r" % (extra,)]
+    for index, raw in enumerate(extra):
+        flag = str(raw).split("=", 1)[0]
+        following = str(extra[index + 1]) if index + 1 < len(extra) else None
+        if flag in MANAGED_FLAGS:
+            if flag in ("-fa", "--flash-attn") and dialect.get("flash_attn_value") and following not in FLASH_ATTN:
+                problems.append(
+                    "llama_server_extra_args has a bare %s: this llama.cpp's -fa takes on|off|auto. "
+                    "Remove it and set llama_server_flash_attn: on" % flag
+                )
+            else:
+                problems.append(
+                    "llama_server_extra_args has %s, which the role sets from %s; remove it and set that instead"
+                    % (flag, MANAGED_FLAGS[flag])
+                )
+        elif flag in LEGACY_MMAP_FLAGS and dialect.get("load_mode") and not dialect.get("legacy_mmap_flags"):
+            # An old --mlock kept mmap on, so its --load-mode equivalent is mmap+mlock.
+            replacement = {"--no-mmap": "none", "--mlock": "mmap+mlock", "--mmap": "mmap"}[flag]
+            problems.append(
+                "llama_server_extra_args has %s, which this llama.cpp replaced with --load-mode. "
+                "Remove it and set llama_server_load_mode: %s" % (flag, replacement)
+            )
+    argv += [str(arg) for arg in extra]
+    return problems
+
+
+def rpc_instances(devices, per_device, gpu_count, base_port):
+    """The RPC servers of one worker: [{'port': int, 'device': str or ''}]."""
+    if per_device:
+        devices = list(devices or []) or ["CUDA%d" % i for i in range(int(gpu_count or 0))]
+    if not per_device or not devices:
+        return [{"port": int(base_port), "device": ",".join(devices or [])}]
+    return [{"port": int(base_port) + i, "device": device} for i, device in enumerate(devices)]
+
+
+def rpc_endpoint(address, port):
+    ip = ipaddress.ip_address(str(address))
+    return ("[%s]:%d" if ip.version == 6 else "%s:%d") % (ip, int(port))
+
+
+def check_fabric_address(name, address, subnet):
+    """A problem string when address is not an IP inside subnet (when one is given), else ''."""
+    try:
+        ip = ipaddress.ip_address(str(address))
+    except ValueError:
+        return "%s=%r is not an IP address; set it to the node's fabric address" % (name, address)
+    if ip.is_unspecified:
+        return (
+            "%s=%s would expose the unauthenticated RPC server on every interface; "
+            "set it to the node's fabric address" % (name, ip)
+        )
+    if subnet:
+        try:
+            network = ipaddress.ip_network(str(subnet), strict=False)
+        except ValueError:
+            return "gpufleet_fabric_subnet=%r is not a network; set it like 10.10.0.0/24" % (subnet,)
+        if ip not in network:
+            return (
+                "%s=%s is outside the fabric subnet %s (gpufleet_fabric_subnet); the RPC traffic must stay "
+                "on the fabric. Use the node's fabric address" % (name, ip, network)
+            )
+    return ""
+
+
+def format_problems(problems):
+    return "\n".join("- %s" % problem for problem in problems)
