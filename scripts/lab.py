@@ -252,7 +252,17 @@ def host_address(name: str) -> str:
     return state["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
 
 
-def render_inventory(hosts: dict[str, str]) -> str:
+def llama_assets() -> dict[str, str]:
+    """The pinned llama.cpp source and the tiny lab model, from the lab cache (fetched once)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lab" / "llama_assets.py")], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        sys.exit(f"lab: scripts/lab/llama_assets.py failed:\n{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def render_inventory(hosts: dict[str, str], assets: dict[str, str]) -> str:
     """The lab inventory: every host on the fabric, the head coordinates, the workers serve."""
     head, *workers = hosts
     lines = [
@@ -265,6 +275,13 @@ def render_inventory(hosts: dict[str, str]) -> str:
         "    gpufleet_fabric_interface: eth0",
         f"    gpufleet_fabric_subnet: {SUBNET}",
         f"    gpufleet_fabric_mtu: {MTU}",
+        "    # llama.cpp from the lab cache, as an air-gapped site hands it over (docs/llama-rpc.md).",
+        f"    llama_cpp_source: {assets['source']}",
+        f"    llama_cpp_cache_dir: {assets['artifacts']}",
+        f"    llama_server_model_src: {assets['model']}",
+        f"    llama_server_model_checksum: {assets['model_checksum']}",
+        "    llama_server_model_path: /var/lib/gpufleet/models/tiny-llama.gguf",
+        "    llama_server_ctx_size: 512",
         "  children:",
         "    lab:",
         "      hosts:",
@@ -289,7 +306,7 @@ def up(count: int) -> None:
         log(f"{name}: systemd {wait_for_systemd(name)}")
     hosts = {name: host_address(name) for name in names}
     INVENTORY.parent.mkdir(parents=True, exist_ok=True)
-    INVENTORY.write_text(render_inventory(hosts))
+    INVENTORY.write_text(render_inventory(hosts, llama_assets()))
     log(f"inventory written to {INVENTORY.relative_to(REPO)}")
 
 

@@ -105,6 +105,9 @@ STAGES: dict[str, list] = {
         [str(VENV_BIN / "ansible"), "-i", "inventories/lab", "all", "-m", "ansible.builtin.ping"],
         playbook("playbooks/site.yml"),
         [sys.executable, str(REPO / "scripts" / "assert_idempotent.py"), *playbook("playbooks/site.yml")],
+        # The build molecule's llama_rpc scenario stored on the controller is reused here.
+        playbook("playbooks/llama-rpc-cluster.yml", "-e", "llama_cluster_benchmark=true"),
+        [sys.executable, str(REPO / "scripts" / "assert_idempotent.py"), *playbook("playbooks/llama-rpc-cluster.yml")],
         lab("down"),
     ],
 }

@@ -22,6 +22,13 @@ def load_lab():
 lab = load_lab()
 
 HOSTS = {"lab-head": "172.30.90.2", "lab-w1": "172.30.90.3", "lab-w2": "172.30.90.4"}
+ASSETS = {
+    "source": "/cache/src/llama_cpp_python-0.3.36.tar.gz",
+    "checksum": "sha256:" + "a" * 64,
+    "model": "/cache/models/tiny.gguf",
+    "model_checksum": "sha256:" + "b" * 64,
+    "artifacts": "/cache/llama.cpp",
+}
 
 
 @pytest.fixture
@@ -49,7 +56,7 @@ def test_host_names_rejects_fewer_than_one(count):
 
 
 def test_render_inventory_groups():
-    inventory = yaml.safe_load(lab.render_inventory(HOSTS))
+    inventory = yaml.safe_load(lab.render_inventory(HOSTS, ASSETS))
     root = inventory["all"]
     assert root["vars"]["ansible_connection"] == "community.docker.docker"
     groups = root["children"]
@@ -61,13 +68,21 @@ def test_render_inventory_groups():
 
 
 def test_render_inventory_fabric_vars():
-    root = yaml.safe_load(lab.render_inventory(HOSTS))["all"]
+    root = yaml.safe_load(lab.render_inventory(HOSTS, ASSETS))["all"]
     assert root["vars"]["gpufleet_fabric_subnet"] == lab.SUBNET
     assert root["vars"]["gpufleet_fabric_mtu"] == lab.MTU
 
 
+def test_render_inventory_llama_vars():
+    root = yaml.safe_load(lab.render_inventory(HOSTS, ASSETS))["all"]
+    assert root["vars"]["llama_cpp_source"] == ASSETS["source"]
+    assert root["vars"]["llama_cpp_cache_dir"] == ASSETS["artifacts"]
+    assert root["vars"]["llama_server_model_src"] == ASSETS["model"]
+    assert root["vars"]["llama_server_model_checksum"] == ASSETS["model_checksum"]
+
+
 def test_render_inventory_single_host():
-    text = lab.render_inventory({"lab-head": "172.30.90.2"})
+    text = lab.render_inventory({"lab-head": "172.30.90.2"}, ASSETS)
     groups = yaml.safe_load(text)["all"]["children"]
     assert list(groups["lab"]["hosts"]) == ["lab-head"]
     assert list(groups["llama_coordinator"]["hosts"]) == ["lab-head"]
@@ -76,8 +91,8 @@ def test_render_inventory_single_host():
 
 
 def test_render_inventory_is_stable():
-    assert lab.render_inventory(HOSTS) == lab.render_inventory(dict(HOSTS))
-    assert lab.render_inventory(HOSTS).endswith("\n")
+    assert lab.render_inventory(HOSTS, ASSETS) == lab.render_inventory(dict(HOSTS), ASSETS)
+    assert lab.render_inventory(HOSTS, ASSETS).endswith("\n")
 
 
 def test_image_tag_is_stable(recipe):
