@@ -22,13 +22,8 @@ description:
   - It only reads from the server; it never changes the host.
 author:
   - gpufleet.inference developers (@gpufleet)
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - gpufleet.inference.read_only
 options:
   url:
     description: Base URL of llama-server.

@@ -21,13 +21,8 @@ description:
     P(gpufleet.inference.llama_cpp#role) role builds once per distinct platform. It never changes anything.
 author:
   - gpufleet.inference developers (@gpufleet)
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - gpufleet.inference.read_only
 options:
   sysfs_root:
     description: Root of sysfs; PCI devices are read from C(<sysfs_root>/bus/pci/devices). A seam for tests.

@@ -23,13 +23,8 @@ description:
     version being deployed before any host changes. It never changes anything.
 author:
   - gpufleet.inference developers (@gpufleet)
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - gpufleet.inference.read_only
 options:
   path:
     description: Path of the source tarball (any compression Python's tarfile reads).
