@@ -35,7 +35,8 @@ PROMPT = (
 CLIENT = """
 import json, sys, urllib.request
 port, n_predict, prompt = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-body = json.dumps({"prompt": prompt, "n_predict": n_predict, "seed": 42, "cache_prompt": False}).encode()
+body = json.dumps({"prompt": prompt, "n_predict": n_predict, "seed": 42, "cache_prompt": False,
+                   "ignore_eos": True}).encode()
 req = urllib.request.Request("http://127.0.0.1:%d/completion" % port, data=body,
                              headers={"Content-Type": "application/json"})
 print(json.dumps(json.load(urllib.request.urlopen(req, timeout=300))["timings"]))

@@ -11,6 +11,7 @@ because an earlier one failed is reported as "not run", never silently dropped.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -22,8 +23,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
-# Outside the checkout: inside it, ansible-test would see the checkout's git ignore rules.
-COLLECTION_COPY = Path(tempfile.gettempdir(), "gpufleet-ansible-test", "ansible_collections", "gpufleet", "inference")
+# Outside the checkout (inside it, ansible-test would see the checkout's git ignore rules), and
+# one per run, so two runs on one machine never delete each other's copy.
+COPY_ROOT = Path(tempfile.mkdtemp(prefix="gpufleet-ansible-test-"))
+atexit.register(shutil.rmtree, COPY_ROOT, True)
+COLLECTION_COPY = COPY_ROOT / "ansible_collections" / "gpufleet" / "inference"
 GET_PIP_STANDIN = REPO / "scripts" / "ansible_test_get_pip.py"
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 

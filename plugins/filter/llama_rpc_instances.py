@@ -81,6 +81,11 @@ def llama_rpc_instances(address, port, per_device=False, devices=None, gpu_count
     problem = check_fabric_address("llama_rpc_bind_address", address, subnet)
     if problem:
         raise AnsibleFilterError(problem)
+    if ":" in str(address):
+        raise AnsibleFilterError(
+            "llama_rpc_bind_address=%s is IPv6; ggml-rpc reads --rpc endpoints as HOST:PORT split at the first ':', "
+            "so IPv6 endpoints cannot work. Use the node's IPv4 fabric address" % (address,)
+        )
     try:
         port = int(port)
     except (TypeError, ValueError):

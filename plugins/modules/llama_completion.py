@@ -42,9 +42,15 @@ options:
     type: int
     default: 1
   seed:
-    description: Sampling seed, so runs generate the same number of tokens.
+    description: Sampling seed.
     type: int
     default: 42
+  ignore_eos:
+    description:
+      - Keep generating past the end-of-sequence token, so every run generates exactly O(n_predict)
+        tokens; a benchmark needs a fixed length.
+    type: bool
+    default: false
   api_key:
     description: llama-server's API key, sent as a Bearer token. Never logged.
     type: str
@@ -118,6 +124,7 @@ def complete(params):
         "seed": params["seed"],
         "cache_prompt": False,
         "stream": False,
+        "ignore_eos": params["ignore_eos"],
     }
     headers = {"Content-Type": "application/json"}
     if params["api_key"]:
@@ -141,6 +148,7 @@ def main():
             "n_predict": {"type": "int", "default": 16},
             "runs": {"type": "int", "default": 1},
             "seed": {"type": "int", "default": 42},
+            "ignore_eos": {"type": "bool", "default": False},
             "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "int", "default": 120},
         },

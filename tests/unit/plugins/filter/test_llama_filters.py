@@ -61,11 +61,12 @@ def test_rpc_instances_single_server_by_default():
     ]
 
 
-def test_rpc_instances_ipv6_endpoint():
-    assert llama_rpc_instances("fd00::11", 50052, per_device=True, devices=["CUDA0", "CUDA1"], subnet="fd00::/64") == [
-        {"port": 50052, "device": "CUDA0", "endpoint": "[fd00::11]:50052"},
-        {"port": 50053, "device": "CUDA1", "endpoint": "[fd00::11]:50053"},
-    ]
+def test_rpc_instances_refuse_ipv6():
+    # ggml-rpc.cpp parse_endpoint() splits HOST:PORT at the first ':'.
+    assert error_of(llama_rpc_instances, "fd00::11", 50052, subnet="fd00::/64") == (
+        "llama_rpc_bind_address=fd00::11 is IPv6; ggml-rpc reads --rpc endpoints as HOST:PORT split at the first ':', "
+        "so IPv6 endpoints cannot work. Use the node's IPv4 fabric address"
+    )
 
 
 def test_rpc_instances_outside_subnet():

@@ -119,6 +119,7 @@ def test_one_completion(capsys, server):
         "seed": 42,
         "cache_prompt": False,
         "stream": False,
+        "ignore_eos": False,
     }
     assert request["headers"]["Content-Type"] == "application/json"
     assert "Authorization" not in request["headers"]
@@ -132,7 +133,14 @@ def test_api_key_is_a_bearer_token_and_never_printed(capsys, server):
     [request] = server.requests
     assert request["path"] == "/completion"
     assert request["headers"]["Authorization"] == f"Bearer {API_KEY}"
-    assert request["body"] == {"prompt": "Hi", "n_predict": 8, "seed": 7, "cache_prompt": False, "stream": False}
+    assert request["body"] == {
+        "prompt": "Hi",
+        "n_predict": 8,
+        "seed": 7,
+        "cache_prompt": False,
+        "stream": False,
+        "ignore_eos": False,
+    }
     assert API_KEY not in out
     assert result["invocation"]["module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
 
