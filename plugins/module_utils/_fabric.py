@@ -25,6 +25,7 @@ import html
 import io
 import math
 import re
+from statistics import median
 
 MIN_LINE_FRACTION = 0.85
 MIN_BEST_FRACTION = 0.93
@@ -196,14 +197,6 @@ def _normalise(results):
             }
         )
     return pairs
-
-
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2.0
 
 
 def _number(value):
