@@ -354,6 +354,8 @@ def verdict(result, min_busbw_gbps=None):
             "%d wrong element(s) at size(s) %s bytes" % (result["wrong_total"], ", ".join(str(s) for s in sizes))
         )
     problems.extend(result["notes"])
+    if result.get("avg_bus_bandwidth_ok") is False:
+        problems.append("nccl-tests marked the average bus bandwidth FAILED (below NCCL_TESTS_MIN_BW)")
     avg = result["avg_bus_bandwidth_gbps"]
     if min_busbw_gbps is not None and (avg is None or avg < min_busbw_gbps):
         problems.append(

@@ -51,6 +51,14 @@ options:
     type: list
     elements: dict
     required: true
+  expected_pairs:
+    description:
+      - The pairs the schedule planned, as C([a, b]) lists. A planned pair with no entry in O(results)
+        (its host dropped out, or its test never reported) is added as a failing pair, C(not measured),
+        so a missing host can never leave a passing report.
+    type: list
+    elements: list
+    default: []
   dest_dir:
     description: Directory for the report files; created when missing.
     type: path
@@ -227,6 +235,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "results": {"type": "list", "elements": "dict", "required": True},
+            "expected_pairs": {"type": "list", "elements": "list", "default": []},
             "dest_dir": {"type": "path", "required": True},
             "basename": {"type": "str", "default": "fabric-report"},
             "title": {"type": "str", "default": "Fabric bandwidth acceptance"},
@@ -252,9 +261,18 @@ def main():
     dest_dir = params["dest_dir"]
     if os.path.exists(dest_dir) and not os.path.isdir(dest_dir):
         module.fail_json(msg="dest_dir=%s exists and is not a directory; give a directory for the reports" % dest_dir)
+    results = list(params["results"])
+    measured = {frozenset((entry.get("a"), entry.get("b"))) for entry in results if isinstance(entry, dict)}
+    for pair in params["expected_pairs"]:
+        if len(pair) != 2:
+            module.fail_json(msg="expected_pairs entry %r is not a pair [a, b]" % (pair,))
+        if frozenset(pair) not in measured:
+            results.append(
+                {"a": pair[0], "b": pair[1], "gbps": None, "ok": False, "jumbo_ok": None, "error": "not measured"}
+            )
     try:
         evaluation = evaluate(
-            params["results"],
+            results,
             line_rate_gbps=params["line_rate_gbps"],
             min_line_fraction=params["min_line_fraction"],
             min_best_fraction=params["min_best_fraction"],

@@ -361,3 +361,13 @@ def test_timeout_line_is_a_failure():
     with pytest.raises(NcclTestsError) as exc:
         parse(fixture("all_reduce_perf-g2-nccl-failure.txt").split("GENOA-06: Test")[0] + line + "\n")
     assert exc.value.errors == [line]
+
+
+def test_avg_bus_bandwidth_failed_by_nccl_tests_fails_the_verdict():
+    # With NCCL_TESTS_MIN_BW set, nccl-tests itself marks a low average FAILED.
+    lines = fixture("all_reduce_perf-mpi-2nodes-16ranks.txt").splitlines()
+    result = parse("\n".join([*lines[:-1], "# Avg bus bandwidth    : 70.742 FAILED"]))
+    assert verdict(result) == (
+        False,
+        ["nccl-tests marked the average bus bandwidth FAILED (below NCCL_TESTS_MIN_BW)"],
+    )

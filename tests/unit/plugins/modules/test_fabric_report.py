@@ -174,3 +174,27 @@ def test_dest_dir_that_is_a_file_fails(capsys, tmp_path):
     blocker.write_text("not a directory\n")
     result = run_module(capsys, {"results": results(), "dest_dir": str(blocker)}, expect_rc=1)
     assert result["msg"] == f"dest_dir={blocker} exists and is not a directory; give a directory for the reports"
+
+
+def test_a_planned_pair_without_a_result_fails_as_not_measured(capsys, tmp_path):
+    # gpu04 dropped out: its three pairs have no results, but the schedule planned them.
+    measured = [entry for entry in results(slow="none") if "gpu04" not in (entry["a"], entry["b"])]
+    planned = [[a, b] for index, a in enumerate(HOSTS) for b in HOSTS[index + 1 :]]
+    result = run_module(capsys, {"results": measured, "expected_pairs": planned, "dest_dir": str(tmp_path)})
+    assert result["passed"] is False
+    assert result["summary"]["pairs"] == 6
+    assert result["summary"]["failing_pairs"] == 3
+    assert sorted((pair["a"], pair["b"]) for pair in result["failing"]) == [
+        ("gpu01", "gpu04"),
+        ("gpu02", "gpu04"),
+        ("gpu03", "gpu04"),
+    ]
+    assert result["outliers"] == ["gpu04"]
+    assert all("not measured" in " ".join(pair["reasons"]) for pair in result["failing"])
+
+
+def test_expected_pairs_already_measured_change_nothing(capsys, tmp_path):
+    planned = [[b, a] for index, a in enumerate(HOSTS) for b in HOSTS[index + 1 :]]  # either order
+    result = run_module(capsys, {"results": results(slow="none"), "expected_pairs": planned, "dest_dir": str(tmp_path)})
+    assert result["passed"] is True
+    assert result["summary"]["pairs"] == 6
