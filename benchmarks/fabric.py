@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _results import save
 
 ROOT = Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
@@ -159,12 +160,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--streams", type=int, default=4)
     args = parser.parse_args()
-    result = engine(args) if args.which == "engine" else schedule(args)
-    out = ROOT / "benchmarks" / "results" / f"fabric_{args.which}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"written to {out.relative_to(ROOT)}")
+    save(f"fabric_{args.which}", engine(args) if args.which == "engine" else schedule(args))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _results import save
 
 ROOT = Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
@@ -136,11 +137,7 @@ def main() -> None:
         "prefill": round(result["cluster"]["prefill_tps"] / result["local"]["prefill_tps"], 3),
         "decode": round(result["cluster"]["decode_tps"] / result["local"]["decode_tps"], 3),
     }
-    out = ROOT / "benchmarks" / "results" / f"llama_rpc_overhead-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"written to {out.relative_to(ROOT)}")
+    save("llama_rpc_overhead", result)
 
 
 if __name__ == "__main__":
