@@ -17,9 +17,14 @@ for unit in \
     ln -sf /dev/null "/etc/systemd/system/${unit}"
 done
 
-# The lab reaches Debian's archive through the host; keep the image's sources aligned with it.
-printf 'deb http://deb.debian.org/debian bookworm main\n' > /etc/apt/sources.list
-printf 'deb http://deb.debian.org/debian-security bookworm-security main\n' >> /etc/apt/sources.list
+# Docker Engine is baked in for the container-runtime role, which enables and starts it itself.
+for unit in docker.service docker.socket containerd.service; do
+    systemctl disable "${unit}" >/dev/null 2>&1 || true
+done
+
+# Lab hosts have no package archive: traffic stays inside the lab. Tests that install packages
+# serve their own repository from a lab host (scripts/lab/nvidia_repo.py).
+: > /etc/apt/sources.list
 
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/* /var/tmp/*
