@@ -115,7 +115,7 @@ def test_plan_rejects_a_branch_that_is_not_three_digits(branch):
         assert repr(branch) in str(error)
         return
     pytest.fail(
-        f"BUG: nvidia_driver_plan accepted branch={branch!r} (documented as three digits) "
+        f"regression: nvidia_driver_plan accepted branch={branch!r} (documented as three digits) "
         f"and planned to remove {plan['remove']}"
     )
 
@@ -195,7 +195,7 @@ def test_reboot_rejects_gpu_count_that_is_not_a_number(gpu_count):
         return
     except (TypeError, ValueError) as error:
         pytest.fail(
-            f"BUG: nvidia_driver_reboot gpu_count={gpu_count!r} raised {type(error).__name__} ({error}) "
+            f"regression: nvidia_driver_reboot gpu_count={gpu_count!r} raised {type(error).__name__} ({error}) "
             "instead of AnsibleFilterError"
         )
     pytest.fail(f"nvidia_driver_reboot accepted gpu_count={gpu_count!r}")
