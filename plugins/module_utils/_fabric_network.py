@@ -160,8 +160,10 @@ def build_model(interfaces, bond, mtu, addresses, vlans=None, bond_parameters=No
     }
 
 
-def _netplan_link(mtu, addresses):
-    entry = {"mtu": mtu, "dhcp4": False, "dhcp6": False, "link-local": []}
+def _netplan_link(mtu, addresses, renderer):
+    # The renderer is set per device: netplan applies a top-level one to every file's devices,
+    # which would hand the management NIC to another daemon.
+    entry = {"renderer": renderer, "mtu": mtu, "dhcp4": False, "dhcp6": False, "link-local": []}
     if addresses:
         entry["addresses"] = list(addresses)
     return entry
@@ -169,18 +171,18 @@ def _netplan_link(mtu, addresses):
 
 def render_netplan(model, renderer="networkd"):
     """{path: YAML text} for netplan; deterministic, two-space indented, keys in a fixed order."""
-    network = {"version": 2, "renderer": renderer, "ethernets": {}}
+    network = {"version": 2, "ethernets": {}}
     for name in model["members"]:
-        network["ethernets"][name] = _netplan_link(model["mtu"], [] if model["bond"] else model["addresses"])
+        network["ethernets"][name] = _netplan_link(model["mtu"], [] if model["bond"] else model["addresses"], renderer)
     if model["bond"]:
-        bond = _netplan_link(model["mtu"], model["addresses"])
+        bond = _netplan_link(model["mtu"], model["addresses"], renderer)
         bond["interfaces"] = list(model["members"])
         bond["parameters"] = dict(model["bond_parameters"])
         network["bonds"] = {model["bond"]: bond}
     if model["vlans"]:
         network["vlans"] = {}
         for vlan in model["vlans"]:
-            entry = _netplan_link(vlan["mtu"], vlan["addresses"])
+            entry = _netplan_link(vlan["mtu"], vlan["addresses"], renderer)
             entry.update({"id": vlan["id"], "link": model["link"]})
             network["vlans"][vlan["name"]] = entry
     lines = ["# Managed by gpufleet.inference.fabric_network: the inference fabric.", "network:"]

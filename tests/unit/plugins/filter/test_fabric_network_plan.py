@@ -32,7 +32,8 @@ def test_netplan_plan():
     assert plan["model"]["bond_parameters"]["mode"] == "802.3ad"
     assert list(plan["files"]) == [NETPLAN_PATH]
     network = yaml.safe_load(plan["files"][NETPLAN_PATH])["network"]
-    assert network["renderer"] == "networkd"
+    assert "renderer" not in network
+    assert network["bonds"]["bond0"]["renderer"] == "networkd"
     assert network["bonds"]["bond0"]["interfaces"] == MEMBERS
     assert network["vlans"]["bond0.100"]["mtu"] == 1500
     assert plan["links"] == [*MEMBERS, "bond0", "bond0.100"]
@@ -66,7 +67,7 @@ def test_networkd_plan_bond_parameters_and_tuple_input():
 
 def test_renderer_passes_through():
     plan = fabric_network_plan(MEMBERS, 9000, "netplan", bond="bond0", renderer="NetworkManager")
-    assert yaml.safe_load(plan["files"][NETPLAN_PATH])["network"]["renderer"] == "NetworkManager"
+    assert yaml.safe_load(plan["files"][NETPLAN_PATH])["network"]["bonds"]["bond0"]["renderer"] == "NetworkManager"
 
 
 def test_plan_is_deterministic():

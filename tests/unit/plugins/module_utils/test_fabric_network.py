@@ -346,11 +346,20 @@ def test_no_addresses():
 def test_netplan_bond_structure():
     text, network = netplan(bonded())
     assert network["version"] == 2
-    assert network["renderer"] == "networkd"
-    assert set(network) == {"version", "renderer", "ethernets", "bonds", "vlans"}
+    # Per device, never top level: a top-level renderer would also apply to the host's other files.
+    assert "renderer" not in network
+    assert set(network) == {"version", "ethernets", "bonds", "vlans"}
+    devices = [*network["ethernets"].values(), *network["bonds"].values(), *network["vlans"].values()]
+    assert {device["renderer"] for device in devices} == {"networkd"}
     assert list(network["ethernets"]) == MEMBERS
     for member in MEMBERS:
-        assert network["ethernets"][member] == {"mtu": 9000, "dhcp4": False, "dhcp6": False, "link-local": []}
+        assert network["ethernets"][member] == {
+            "renderer": "networkd",
+            "mtu": 9000,
+            "dhcp4": False,
+            "dhcp6": False,
+            "link-local": [],
+        }
         assert "addresses" not in network["ethernets"][member]
     assert list(network["bonds"]) == ["bond0"]
     bond = network["bonds"]["bond0"]
@@ -364,6 +373,7 @@ def test_netplan_bond_structure():
     assert isinstance(bond["parameters"]["mii-monitor-interval"], int)
     assert network["vlans"] == {
         "bond0.100": {
+            "renderer": "networkd",
             "id": 100,
             "link": "bond0",
             "mtu": 9000,
@@ -389,9 +399,10 @@ def test_netplan_is_two_space_indented():
 
 def test_netplan_single_nic_puts_addresses_on_the_nic():
     _text, network = netplan(single(addresses=["10.10.0.11/24", "fd00::11/64"]))
-    assert set(network) == {"version", "renderer", "ethernets"}
+    assert set(network) == {"version", "ethernets"}
     assert network["ethernets"] == {
         "ens1f0np0": {
+            "renderer": "networkd",
             "mtu": 9000,
             "dhcp4": False,
             "dhcp6": False,
@@ -417,7 +428,8 @@ def test_netplan_bond_without_addresses_has_no_addresses_key():
 
 def test_netplan_renderer_network_manager_passes_through():
     _text, network = netplan(bonded(), renderer="NetworkManager")
-    assert network["renderer"] == "NetworkManager"
+    assert network["bonds"]["bond0"]["renderer"] == "NetworkManager"
+    assert {entry["renderer"] for entry in network["ethernets"].values()} == {"NetworkManager"}
     assert render(bonded(), "netplan", "NetworkManager") == render_netplan(bonded(), "NetworkManager")
 
 
