@@ -81,16 +81,8 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.inference.plugins.module_utils._gpu_compat import scan_pci
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import cuda_architectures
-
-NVIDIA_VENDOR = "0x10de"
-# PCI classes: 0x0300 VGA controller, 0x0302 3D controller (datacenter GPUs).
-GPU_CLASSES = ("0x0300", "0x0302")
-
-
-def read(path):
-    with open(path) as handle:
-        return handle.read().strip()
 
 
 def os_release(path):
@@ -106,22 +98,6 @@ def os_release(path):
     return values
 
 
-def nvidia_pci_ids(sysfs_root):
-    base = os.path.join(sysfs_root, "bus", "pci", "devices")
-    found = []
-    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        device = os.path.join(base, name)
-        try:
-            if read(os.path.join(device, "vendor")) != NVIDIA_VENDOR:
-                continue
-            if read(os.path.join(device, "class"))[:6] not in GPU_CLASSES:
-                continue
-            found.append("10de:%s" % read(os.path.join(device, "device"))[2:])
-        except (IOError, OSError):
-            continue
-    return found
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -133,7 +109,7 @@ def main():
     )
     release = os_release(module.params["os_release_path"])
     key = "%s-%s-%s" % (release.get("ID", "unknown"), release.get("VERSION_ID", "unknown"), platform.machine())
-    pci_ids = nvidia_pci_ids(module.params["sysfs_root"])
+    pci_ids = [gpu["pci_id"] for gpu in scan_pci(module.params["sysfs_root"])]
     caps, error = [], ""
     if pci_ids:
         smi = module.get_bin_path(module.params["nvidia_smi_path"]) or (

@@ -10,7 +10,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import llama_cpp_platform
 
 DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
-# An RTX PRO 6000 Blackwell as sysfs shows it, plus its HDMI audio function and a non-NVIDIA NIC.
+# An RTX 5090 (Blackwell, 10de:2b85) as sysfs shows it, plus its HDMI audio function and a non-NVIDIA NIC.
 B6000 = {"vendor": "0x10de", "class": "0x030000", "device": "0x2b85"}
 B6000_AUDIO = {"vendor": "0x10de", "class": "0x040300", "device": "0x22e8"}
 H100_3D = {"vendor": "0x10de", "class": "0x030200", "device": "0x2330"}
