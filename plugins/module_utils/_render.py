@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Validation and quoting of values that end up in files other programs parse.
+
+One place for the rules, so a value that reaches a systemd unit, an EnvironmentFile or an
+nftables rule is checked the same way everywhere:
+
+* control characters (newlines included) are refused: one embedded newline in a unit file is
+  a new directive (``ExecStartPre=+...`` runs as root);
+* quoting follows the target format: systemd's quoting for command lines (``systemd.syntax(7)``:
+  backslash escapes inside double quotes, ``%`` doubled for specifiers, ``$`` doubled for
+  variable expansion in ``Exec*=``), and the EnvironmentFile rules (``systemd.exec(7)``,
+  ``EnvironmentFile=``: double-quoted values, backslash escapes, no expansion).
+
+Every function raises ValueError with a message that names the variable (``origin``), the value
+and what is allowed, so callers can pass it on unchanged.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_text(value, origin):
+    """Return value as a string; refuse control characters (newlines, tabs, NUL, ESC, ...)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (dict, list, tuple)):
+        raise ValueError("%s=%r must be a string or a number" % (origin, value))
+    text = str(value)
+    bad = _CONTROL.search(text)
+    if bad:
+        raise ValueError(
+            "%s=%r contains the control character %r; newlines and other control characters are "
+            "refused because the value is written into a file another program parses" % (origin, text, bad.group())
+        )
+    return text
+
+
+def systemd_word(value, origin):
+    """One argument of a systemd Exec*= line, double-quoted, with specifiers and $ escaped."""
+    text = check_text(value, origin)
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return '"%s"' % text
+
+
+def systemd_command(argv, origin):
+    """A whole Exec*= command line from an argv list."""
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise ValueError("%s must be a non-empty list of arguments, got %r" % (origin, argv))
+    return " ".join(systemd_word(arg, "%s[%d]" % (origin, i)) for i, arg in enumerate(argv))
+
+
+def env_line(name, value, origin):
+    """NAME="value" for a systemd EnvironmentFile (no variable or specifier expansion there)."""
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        raise ValueError(
+            "%s: %r is not an environment variable name (letters, digits and _, not starting with a digit)"
+            % (origin, name)
+        )
+    text = check_text(value, "%s.%s" % (origin, name))
+    return '%s="%s"' % (name, text.replace("\\", "\\\\").replace('"', '\\"'))
+
+
+def env_file(mapping, origin):
+    """The lines of an EnvironmentFile, sorted by name; raises on the first bad entry."""
+    if not isinstance(mapping, dict):
+        raise ValueError("%s must be a mapping of variable names to values, got %r" % (origin, mapping))
+    return [env_line(name, mapping[name], origin) for name in sorted(mapping)]
+
+
+def env_problems(mapping, origin):
+    """Like env_file, but every problem at once (for preflight messages)."""
+    if not isinstance(mapping, dict):
+        return ["%s must be a mapping of variable names to values, got %r" % (origin, mapping)]
+    problems = []
+    for name in sorted(mapping, key=str):
+        try:
+            env_line(name, mapping[name], origin)
+        except ValueError as exc:
+            problems.append(str(exc))
+    return problems
