@@ -478,7 +478,9 @@ def check_compat(gpus, driver_branch, kernel_modules, cuda_versions):
             else:
                 grouped.append([problem, [gpu]])
     others = _conflicts(gpus) + _cuda_driver_problems(branch, cuda_versions)
-    if not gpus:
+    if not gpus and (branch is not None or kernel_modules is not None or cuda_versions):
+        # Only a check that had something to check against warns; a caller that only reads the
+        # GPUs (the vllm role, on a CPU host) gets none.
         others.append(_problem("warning", None, None, "no_gpu"))
     elif (
         branch is not None

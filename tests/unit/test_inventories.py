@@ -50,3 +50,42 @@ def test_seed_articles_pair_is_refused_on_rtx_5090():
     found = check_compat(gpus(RTX_5090, 8), "555", "proprietary", ["12.5"])
     variables = sorted({error["variable"] for error in found["errors"]})
     assert variables == ["cuda_toolkit_versions", "nvidia_driver_branch", "nvidia_driver_kernel_modules"]
+
+
+def _vllm_group(inventory):
+    return yaml.safe_load((REPO / "inventories" / inventory / "group_vars" / "vllm_nodes.yml").read_text())
+
+
+def test_flagship_vllm_layout_is_one_replica_of_ten_stages():
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _vllm_catalogue, _vllm_replica
+
+    group = _vllm_group("cluster-80x5090")
+    config, problems = _vllm_catalogue.validate(group["vllm_args"], group["vllm_version"])
+    assert problems == []
+    assert config["quantization"] == "gptq" and config["dtype"] == "auto"
+    members = []
+    for path in sorted((REPO / "inventories/cluster-80x5090/host_vars").glob("gpu*.yml")):
+        host = yaml.safe_load(path.read_text())
+        members.append(
+            {
+                "host": path.stem,
+                "rank": host["vllm_node_rank"],
+                "address": host["gpufleet_fabric_address"],
+                "tensor_parallel_size": group["vllm_tensor_parallel_size"],
+                "pipeline_parallel_size": group["vllm_pipeline_parallel_size"],
+            }
+        )
+    plan, problems = _vllm_replica.plan(group["vllm_replica"], members)
+    assert problems == []
+    assert plan["nnodes"] == 10 and plan["local_world_size"] == 8
+    assert [n["rank"] for n in plan["nodes"]] == list(range(10))
+    assert plan["master_addr"] == members[0]["address"]
+
+
+def test_single_node_vllm_settings_are_real_flags():
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _vllm_catalogue
+
+    group = _vllm_group("single-node")
+    config, problems = _vllm_catalogue.validate(group["vllm_args"], group["vllm_version"])
+    assert problems == []
+    assert config["enable-expert-parallel"] is True and config["enable-prefix-caching"] is True

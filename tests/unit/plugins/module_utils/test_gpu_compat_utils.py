@@ -335,6 +335,10 @@ def test_no_gpus():
     assert warning["msg"].startswith("No NVIDIA GPU was found on the PCI bus")
 
 
+def test_no_gpus_and_nothing_to_check_is_silent():
+    assert check_compat([], None, None, []) == {"errors": [], "warnings": []}
+
+
 # ---------------------------------------------------------------- check_compat: CUDA and driver
 
 
