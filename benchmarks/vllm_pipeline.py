@@ -75,7 +75,7 @@ def main() -> int:
     # One warm-up each (first-request allocations), then alternate.
     for url in (args.pipeline_url, args.single_url):
         docker_exec(args.client, python, "-c", CLIENT, url, args.key, args.model, PROMPT, "8")
-    for _ in range(args.runs):
+    for _unused in range(args.runs):
         for name, url in (("pipeline", args.pipeline_url), ("single", args.single_url)):
             out = docker_exec(args.client, python, "-c", CLIENT, url, args.key, args.model, PROMPT, str(args.tokens))
             samples[name].append(json.loads(out))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Generate plugins/module_utils/_vllm_flags_<version>.py from vLLM's own `vllm serve` parser.

@@ -131,6 +131,11 @@ def _suggest(name, catalogue, owned):
 
 
 def _describe(value):
+    # Name the plain type: Ansible hands in subclasses (tagged strings, lazy containers).
+    for kind in (bool, int, float, str, dict, list, tuple):
+        if isinstance(value, kind):
+            plain = kind(value) if kind is not bool else value
+            return "%s %r" % (kind.__name__, plain)
     return "%s %r" % (type(value).__name__, value)
 
 

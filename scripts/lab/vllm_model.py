@@ -78,8 +78,11 @@ def corpus() -> list[str]:
     """Deterministic training text: prose, every printable ASCII character, numbers and made-up words."""
     rng = random.Random(SEED)
     lines = [*TEXT.splitlines(), string.printable, " ".join(str(n) for n in range(0, 1000, 7))]
-    for _ in range(3000):
-        words = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(4, 12))]
+    for _unused in range(3000):
+        words = [
+            "".join(rng.choice(SYLLABLES) for _unused in range(rng.randint(1, 4)))
+            for _unused2 in range(rng.randint(4, 12))
+        ]
         if rng.random() < 0.3:
             words[0] = words[0].capitalize()
         lines.append(" ".join(words) + rng.choice((".", ",", "!", "?", ":", ";")))

@@ -83,7 +83,7 @@ def test_follower_joins_the_first_active_leader_run():
 
 
 def test_follower_restarts_when_the_leader_run_changes():
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
     action, memory, reason = decide(me(1, "f1"), {0: peer(0, "l2")}, memory, 12)
     assert (action, reason) == ("restart", "leader restarted: l1 -> l2")
     assert memory["restarted"] is True
@@ -100,7 +100,7 @@ def test_follower_restarts_when_the_leader_run_changes():
     ],
 )
 def test_follower_waits_while_the_leader_is_down_or_unknown(leader, reason):
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
     action, after, got = decide(me(1, "f1"), {0: leader}, memory, 12)
     assert (action, got) == ("none", reason)
     assert after["leader"] == "l1", "a down leader does not change which run the follower belongs to"
@@ -112,8 +112,8 @@ def test_follower_waits_for_a_leader_that_returns_with_the_same_run():
         (me(1, "f1"), {0: None}, 12),
         (me(1, "f1"), {0: peer(0, "l1")}, 14),
     ]
-    out, _ = run(steps)
-    assert [action for action, _ in out] == ["none", "none", "none"]
+    out, _unused = run(steps)
+    assert [action for action, _unused in out] == ["none", "none", "none"]
 
 
 def test_follower_with_no_leader_seen_yet_joins_the_run_it_first_sees():
@@ -127,7 +127,7 @@ def test_follower_with_no_leader_seen_yet_joins_the_run_it_first_sees():
 
 
 def test_follower_does_nothing_while_its_own_unit_is_not_active():
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
     action, memory, reason = decide(me(1, "f1", active="deactivating"), {0: peer(0, "l2")}, memory, 12)
     assert (action, reason) == ("none", "unit deactivating")
 
@@ -136,22 +136,22 @@ def test_follower_does_nothing_while_its_own_unit_is_not_active():
 
 
 def test_memory_resets_when_the_own_run_changes():
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
     action, memory, reason = decide(me(1, "f2"), {0: peer(0, "l2")}, memory, 12)
     assert (action, reason) == ("none", "joined leader l2")
     assert memory["invocation"] == "f2"
 
 
 def test_memory_resets_when_the_unit_stops():
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
-    _, memory, reason = decide(me(1, "", active="inactive"), {0: peer(0, "l1")}, memory, 12)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    _unused, memory, reason = decide(me(1, "", active="inactive"), {0: peer(0, "l1")}, memory, 12)
     assert reason == "unit inactive"
     assert memory["leader"] is None
 
 
 def test_after_a_restart_nothing_more_until_the_own_run_changes():
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
-    action, memory, _ = decide(me(1, "f1"), {0: peer(0, "l2")}, memory, 12)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    action, memory, _unused = decide(me(1, "f1"), {0: peer(0, "l2")}, memory, 12)
     assert action == "restart"
     # A slow stop: the unit is still active in the same run, and the leader changed again.
     for now, leader in ((14, "l2"), (16, "l3"), (18, "l4")):
@@ -162,27 +162,27 @@ def test_after_a_restart_nothing_more_until_the_own_run_changes():
 
 
 def test_leader_cooldown_holds_past_the_deadline():
-    _, memory, _ = decide(me(0, "l1", started=0, ready=False), {1: None}, None, DEADLINE + 1)
+    _unused, memory, _unused2 = decide(me(0, "l1", started=0, ready=False), {1: None}, None, DEADLINE + 1)
     assert memory["restarted"]
     for now in (DEADLINE + 3, DEADLINE * 3):
-        action, memory, _ = decide(me(0, "l1", started=0, ready=False), {1: None}, memory, now)
+        action, memory, _unused = decide(me(0, "l1", started=0, ready=False), {1: None}, memory, now)
         assert action == "none"
 
 
 def test_unknown_own_state_changes_nothing():
-    _, memory, _ = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
+    _unused, memory, _unused2 = decide(me(1, "f1"), {0: peer(0, "l1")}, None, 10)
     action, after, reason = decide(None, {0: peer(0, "l2")}, memory, 12)
     assert (action, reason, after) == ("none", "own unit state unknown", memory)
 
 
 def test_decide_does_not_modify_its_inputs_and_memory_is_json():
     own, peers = me(0, "l1", ready=True), {1: peer(1, "f1", joined="l1")}
-    _, memory, _ = decide(own, peers, None, 10)
+    _unused, memory, _unused2 = decide(own, peers, None, 10)
     frozen = copy.deepcopy((own, peers, memory))
-    _, after, _ = decide(own, {1: peer(1, "f2", joined="l1")}, memory, 12)
+    _unused, after, _unused2 = decide(own, {1: peer(1, "f2", joined="l1")}, memory, 12)
     assert (own, peers, memory) == frozen
     # The daemon keeps memory as it comes back; --once prints it; JSON keys are strings.
-    action, _, reason = decide(own, {1: peer(1, "f2", joined="l1")}, json.loads(json.dumps(memory)), 12)
+    action, _unused, reason = decide(own, {1: peer(1, "f2", joined="l1")}, json.loads(json.dumps(memory)), 12)
     assert (action, reason) == ("restart", "rank 1 restarted: f1 -> f2")
     assert json.loads(json.dumps(after))["followers"] == {"1": "f1"}
 
@@ -197,7 +197,7 @@ def test_leader_records_followers_that_joined_it_and_watches_them_once_ready():
         (me(0, "l1", ready=True), {1: peer(1, "f1", joined="l1")}, 14),
         (me(0, "l1", ready=True), {1: peer(1, "f2", joined="l1")}, 16),
     ]
-    out, _ = run(steps)
+    out, _unused = run(steps)
     assert out == [
         ("none", "waiting for ready"),
         ("none", "ready"),
@@ -216,7 +216,7 @@ def test_leader_ignores_follower_restarts_before_ready():
         (me(0, "l2", ready=True), {1: peer(1, "f3", joined="l2")}, 20),
     ]
     out, memory = run(steps)
-    assert [action for action, _ in out] == ["none"] * 6
+    assert [action for action, _unused in out] == ["none"] * 6
     assert memory["followers"] == {1: "f3"}
 
 
@@ -244,7 +244,7 @@ def test_leader_compares_the_first_ready_poll_with_what_it_saw_before():
         (me(0, "l1", ready=False), {1: peer(1, "f1", joined="l1")}, 10),
         (me(0, "l1", ready=True), {1: peer(1, "f2", joined="l1")}, 12),
     ]
-    out, _ = run(steps)
+    out, _unused = run(steps)
     assert out[-1] == ("restart", "rank 1 restarted: f1 -> f2")
 
 
@@ -256,7 +256,7 @@ def test_leader_restarts_when_a_follower_is_down_past_the_grace():
         (me(0, "l1", ready=True), {**peers_up, 2: peer(2, "", active="inactive")}, 12 + GRACE),
         (me(0, "l1", ready=True), {**peers_up, 2: None}, 12 + GRACE + 2),
     ]
-    out, _ = run(steps)
+    out, _unused = run(steps)
     assert out == [
         ("none", "ready"),
         ("none", "ready, rank 2 down"),
@@ -274,7 +274,7 @@ def test_leader_forgives_a_follower_back_with_the_same_run_within_the_grace():
     steps += [(me(0, "l1", ready=True), {1: None}, 14 + GRACE + n) for n in range(0, int(GRACE), 2)]
     steps += [(me(0, "l1", ready=True), up, 14 + 2 * GRACE)]
     out, memory = run(steps)
-    assert {action for action, _ in out} == {"none"}
+    assert {action for action, _unused in out} == {"none"}
     assert out[-1] == ("none", "ready")
     assert memory["down_since"] == {}
 
@@ -285,7 +285,7 @@ def test_leader_restarts_when_not_ready_by_the_deadline():
         (me(0, "l1", started=100, ready=False), {1: None}, 100 + DEADLINE + 2),
         (me(0, "l1", started=100, ready=False), {1: None}, 100 + DEADLINE + 4),
     ]
-    out, _ = run(steps)
+    out, _unused = run(steps)
     assert out == [
         ("none", "waiting for ready"),
         ("restart", "replica not ready 602 s after start"),
@@ -298,8 +298,8 @@ def test_leader_deadline_stops_counting_once_ready():
         (me(0, "l1", started=0, ready=True), {1: peer(1, "f1", joined="l1")}, 10),
         (me(0, "l1", started=0, ready=False), {1: peer(1, "f1", joined="l1")}, DEADLINE * 2),
     ]
-    out, _ = run(steps)
-    assert [action for action, _ in out] == ["none", "none"]
+    out, _unused = run(steps)
+    assert [action for action, _unused in out] == ["none", "none"]
 
 
 def test_leader_unreachable_or_down_followers_before_ready_change_nothing():
@@ -307,7 +307,7 @@ def test_leader_unreachable_or_down_followers_before_ready_change_nothing():
         (me(0, "l1", started=0, ready=False), {1: None, 2: peer(2, "", "inactive")}, now) for now in range(0, 600, 2)
     ]
     out, memory = run(steps)
-    assert {action for action, _ in out} == {"none"}
+    assert {action for action, _unused in out} == {"none"}
     assert memory["followers"] == {}
     assert memory["down_since"] == {}
 
@@ -532,11 +532,11 @@ def test_sim_d_a_leader_never_ready_restarts_once_per_run_after_the_deadline():
         replica.start(rank)
     replica.run_until(int(DEADLINE * 3.5))
     leader = [(t, reason) for t, rank, reason in replica.restarts if rank == 0]
-    assert [reason for _, reason in leader] == ["replica not ready 602 s after start"] * 3
-    starts = [0] + [t + 45 + 3 for t, _ in leader]
-    assert [t for t, _ in leader] == [start + int(DEADLINE) + 2 for start in starts[:3]]
+    assert [reason for _unused, reason in leader] == ["replica not ready 602 s after start"] * 3
+    starts = [0] + [t + 45 + 3 for t, _unused in leader]
+    assert [t for t, _unused in leader] == [start + int(DEADLINE) + 2 for start in starts[:3]]
     # Each leader run that went away took the follower run with it, once.
-    assert [rank for _, rank, _ in replica.restarts].count(1) == 3
+    assert [rank for _unused, rank, _unused2 in replica.restarts].count(1) == 3
 
 
 def test_sim_e_unreachable_follower_guard_before_ready_changes_nothing():
@@ -559,7 +559,7 @@ def test_sim_follower_guard_away_past_the_grace_after_ready_restarts_the_replica
     replica.guard_down.discard(1)
     replica.run_until(t0 + 2000)
     assert replica.converged()
-    assert [reason for _, reason in replica.guard_restarts()] == [
+    assert [reason for _unused, reason in replica.guard_restarts()] == [
         "rank 1 down for 32 s",
         "leader restarted: l01 -> l02",
     ]
@@ -611,7 +611,7 @@ def test_unit_state_with_unix_timestamps():
 
 
 def test_unit_state_without_unix_timestamps_derives_since_from_the_monotonic_clock():
-    state, _ = guard.unit_state(guard.parse_show(SHOW_ACTIVE_DEFAULT), realtime_now=1000.0, monotonic_now=200.0)
+    state, _unused = guard.unit_state(guard.parse_show(SHOW_ACTIVE_DEFAULT), realtime_now=1000.0, monotonic_now=200.0)
     assert state["since"] == (1000 - 200) * 1000000 + 123456789
 
 

@@ -31,16 +31,16 @@ def test_flagship_is_ten_nodes_of_eight_ranks_with_rank_zero_as_master():
 def test_duplicate_and_missing_ranks_name_the_hosts():
     members = flagship()
     members[3]["rank"] = 2
-    _, problems = _vllm_replica.plan("kimi", members)
+    _unused, problems = _vllm_replica.plan("kimi", members)
     assert problems == ["vllm_node_rank=2 is set on both gpu03 and gpu04 of replica kimi; give each node its own rank"]
-    _, problems = _vllm_replica.plan("kimi", flagship()[1:])
+    _unused, problems = _vllm_replica.plan("kimi", flagship()[1:])
     assert "rank(s) 9 are missing" in problems[0] or "rank(s) 0" in problems[0]
 
 
 def test_settings_that_differ_between_nodes_are_named():
     members = flagship()
     members[5]["master_port"] = 29502
-    _, problems = _vllm_replica.plan("kimi", members)
+    _unused, problems = _vllm_replica.plan("kimi", members)
     assert len(problems) == 1
     assert problems[0].startswith("vllm_master_port differs between the nodes of replica kimi (")
     assert "29502 on gpu06" in problems[0]
@@ -51,7 +51,7 @@ def test_addresses_must_be_unique_reachable_ips():
     members[1]["address"] = "10.20.0.11"
     members[2]["address"] = "not-an-ip"
     members[3]["address"] = "127.0.0.1"
-    _, problems = _vllm_replica.plan("kimi", members)
+    _unused, problems = _vllm_replica.plan("kimi", members)
     assert any("10.20.0.11 is the address of both gpu01 and gpu02" in p for p in problems)
     assert any("vllm_host_ip='not-an-ip' on gpu03 is not an IP address" in p for p in problems)
     assert any("127.0.0.1 on gpu04 is a loopback address" in p for p in problems)
@@ -62,12 +62,12 @@ def test_sizes_must_split_over_the_nodes():
         node("a", 0, "10.0.0.1", tensor_parallel_size=3, pipeline_parallel_size=1),
         node("b", 1, "10.0.0.2", tensor_parallel_size=3, pipeline_parallel_size=1),
     ]
-    _, problems = _vllm_replica.plan("r", members)
+    _unused, problems = _vllm_replica.plan("r", members)
     assert problems and "TP 3 x PP 1 = 3 ranks cannot be split evenly over its 2 node(s)" in problems[0]
     members = [
         node(h, i, f"10.0.0.{i + 1}", tensor_parallel_size=2, pipeline_parallel_size=3) for i, h in enumerate("ab")
     ]
-    _, problems = _vllm_replica.plan("r", members)
+    _unused, problems = _vllm_replica.plan("r", members)
     assert "PP 3 stages over 2 nodes" in problems[0]
 
 
@@ -90,19 +90,19 @@ def test_tp_across_nodes_is_allowed():
 )
 def test_layer_partition_must_match_the_stages(partition, fragment):
     members = [dict(m, pp_layer_partition=partition) for m in flagship()]
-    _, problems = _vllm_replica.plan("kimi", members)
+    _unused, problems = _vllm_replica.plan("kimi", members)
     assert any(fragment in p for p in problems)
 
 
 @pytest.mark.parametrize("name", ["", "Kimi", "a_b", "-a", "a" * 33])
 def test_replica_names_are_unit_safe(name):
-    _, problems = _vllm_replica.plan(name, flagship())
+    _unused, problems = _vllm_replica.plan(name, flagship())
     assert problems and problems[0].startswith("vllm_replica=")
 
 
 def test_rank_zero_api_host_must_be_an_address():
     members = [node("a", 0, "10.0.0.1", api_host="api.example", tensor_parallel_size=1, pipeline_parallel_size=1)]
-    _, problems = _vllm_replica.plan("r", members)
+    _unused, problems = _vllm_replica.plan("r", members)
     assert problems == [
         "vllm_api_host='api.example' on a must be an IP address of the host "
         "(127.0.0.1, the default, keeps the API on the host)"
@@ -130,7 +130,7 @@ def test_nft_rules_fence_internode_ports_to_the_replica():
 
 
 def test_nft_rules_refuse_what_would_be_dropped_silently():
-    _, problems = _vllm_replica.nft_rules("t", ["10.0.0.1"], 70000, ["beef"], {"vllm_master_port": 8000}, [1, 0])
+    _unused, problems = _vllm_replica.nft_rules("t", ["10.0.0.1"], 70000, ["beef"], {"vllm_master_port": 8000}, [1, 0])
     assert "vllm_api_port=70000 must be a TCP port, 1..65535" in problems
     assert any("vllm_api_allowed_clients: 'beef' is not an IP address or network" in p for p in problems)
     assert any("the ephemeral port range" in p for p in problems)
