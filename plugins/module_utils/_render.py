@@ -8,9 +8,7 @@ nftables rule is checked the same way everywhere:
 
 * control characters (newlines included) are refused: one embedded newline in a unit file is
   a new directive (``ExecStartPre=+...`` runs as root);
-* quoting follows the target format: systemd's quoting for command lines (``systemd.syntax(7)``:
-  backslash escapes inside double quotes, ``%`` doubled for specifiers, ``$`` doubled for
-  variable expansion in ``Exec*=``), and the EnvironmentFile rules (``systemd.exec(7)``,
+* quoting follows the target format: the EnvironmentFile rules (``systemd.exec(7)``,
   ``EnvironmentFile=``: double-quoted values, backslash escapes, no expansion).
 
 Every function raises ValueError with a message that names the variable (``origin``), the value
@@ -41,20 +39,6 @@ def check_text(value, origin):
     return text
 
 
-def systemd_word(value, origin):
-    """One argument of a systemd Exec*= line, double-quoted, with specifiers and $ escaped."""
-    text = check_text(value, origin)
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return '"%s"' % text
-
-
-def systemd_command(argv, origin):
-    """A whole Exec*= command line from an argv list."""
-    if not isinstance(argv, (list, tuple)) or not argv:
-        raise ValueError("%s must be a non-empty list of arguments, got %r" % (origin, argv))
-    return " ".join(systemd_word(arg, "%s[%d]" % (origin, i)) for i, arg in enumerate(argv))
-
-
 def env_line(name, value, origin):
     """NAME="value" for a systemd EnvironmentFile (no variable or specifier expansion there)."""
     if not isinstance(name, str) or not ENV_NAME.match(name):
@@ -71,16 +55,3 @@ def env_file(mapping, origin):
     if not isinstance(mapping, dict):
         raise ValueError("%s must be a mapping of variable names to values, got %r" % (origin, mapping))
     return [env_line(name, mapping[name], origin) for name in sorted(mapping)]
-
-
-def env_problems(mapping, origin):
-    """Like env_file, but every problem at once (for preflight messages)."""
-    if not isinstance(mapping, dict):
-        return ["%s must be a mapping of variable names to values, got %r" % (origin, mapping)]
-    problems = []
-    for name in sorted(mapping, key=str):
-        try:
-            env_line(name, mapping[name], origin)
-        except ValueError as exc:
-            problems.append(str(exc))
-    return problems

@@ -19,7 +19,7 @@ import difflib
 import json
 import re
 
-from ansible_collections.gpufleet.inference.plugins.module_utils import _vllm_flags_0_32_0, _vllm_flags_0_33_0
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render, _vllm_flags_0_32_0, _vllm_flags_0_33_0
 
 # The catalogues shipped next to this file, by vLLM version. A new version is one generated
 # module and one line here.
@@ -52,7 +52,6 @@ OWNED = {
 
 # vLLM's human_readable_int (vllm/utils/argparse_utils.py): decimal k/m/g/t, binary K/M/G/T.
 _HUMAN_INT = re.compile(r"^(\d+(\.\d+)?[kmgt]|\d+[KMGT])$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # Values the seed-era guides put in a flag that means something else. Keyed by flag; the regex
 # matches the refused value.
@@ -140,7 +139,10 @@ def _describe(value):
 
 
 def _check_text(flag, value):
-    if _CONTROL.search(value):
+    # The one control-character rule of module_utils/_render.py, with this filter's wording.
+    try:
+        _render.check_text(value, flag)
+    except ValueError:
         return "vllm_args: '%s' must not contain control characters or newlines, got %r" % (flag, value)
     return None
 

@@ -20,20 +20,6 @@ def test_non_scalars_are_refused(value):
         _render.check_text(value, "v")
 
 
-def test_systemd_word_escapes_quotes_specifiers_and_variables():
-    assert _render.systemd_word('CUDA0" --foo "', "v") == '"CUDA0\\" --foo \\""'
-    assert _render.systemd_word("100%", "v") == '"100%%"'
-    assert _render.systemd_word("$HOME\\x", "v") == '"$$HOME\\\\x"'
-
-
-def test_systemd_command_quotes_every_argument():
-    assert _render.systemd_command(["/usr/bin/x", "a b"], "argv") == '"/usr/bin/x" "a b"'
-    with pytest.raises(ValueError, match=r"argv\[1\]"):
-        _render.systemd_command(["/usr/bin/x", "a\nb"], "argv")
-    with pytest.raises(ValueError, match="non-empty list"):
-        _render.systemd_command([], "argv")
-
-
 def test_env_file_quotes_values_and_sorts_names():
     lines = _render.env_file({"B": 'say "hi"', "A": 1, "C": "back\\slash"}, "vllm_env")
     assert lines == ['A="1"', 'B="say \\"hi\\""', 'C="back\\\\slash"']
@@ -43,13 +29,3 @@ def test_env_file_quotes_values_and_sorts_names():
 def test_env_names_must_be_names(name):
     with pytest.raises(ValueError, match="is not an environment variable name"):
         _render.env_line(name, "1", "vllm_env")
-
-
-def test_env_problems_lists_every_problem():
-    problems = _render.env_problems({"OK": "1", "BAD NAME": "1", "X": "a\nb"}, "vllm_env")
-    assert len(problems) == 2
-    assert "'BAD NAME'" in problems[0]
-    assert "vllm_env.X" in problems[1]
-    assert _render.env_problems(["A=1"], "vllm_env") == [
-        "vllm_env must be a mapping of variable names to values, got ['A=1']"
-    ]
