@@ -37,7 +37,7 @@ lab-down: ## Remove the lab hosts, network and inventory (the cached image stays
 
 demo: lab ## Bring the lab up, configure it, and serve a completion through its llama.cpp RPC cluster
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/site.yml --diff
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/llama-rpc-cluster.yml -e llama_cluster_benchmark=true
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/llama_rpc_cluster.yml -e llama_cluster_benchmark=true
 
 test: setup lab-image ## Run every test stage; stops at the first failure
 	$(PY) scripts/run_tests.py $(STAGES)

@@ -7,7 +7,7 @@
 engine:   on one lab link (the first two lab hosts), link_bandwidth's built-in Python engine
           against iperf3, same duration and streams, runs alternating; the ratio is
           python / iperf3 of the median Gbit/s (target: at least 0.9).
-schedule: the wall time of playbooks/validate-fabric.yml for every pair of the lab hosts with
+schedule: the wall time of playbooks/validate_fabric.yml for every pair of the lab hosts with
           the circle schedule (N-1 rounds of disjoint pairs) against the naive sequential one
           (one pair at a time); the ratio is circle / sequential.
 
@@ -137,10 +137,10 @@ def schedule(args: argparse.Namespace) -> dict:
                 "fabric_validate_report_dir": tmp,
             }
             start = time.monotonic()
-            proc = playbook(str(ROOT / "playbooks" / "validate-fabric.yml"), "-e", json.dumps(extra))
+            proc = playbook(str(ROOT / "playbooks" / "validate_fabric.yml"), "-e", json.dumps(extra))
             walls[mode] = round(time.monotonic() - start, 1)
             if proc.returncode != 0:
-                sys.exit(f"benchmark: validate-fabric.yml ({mode}) failed:\n{proc.stdout[-3000:]}")
+                sys.exit(f"benchmark: validate_fabric.yml ({mode}) failed:\n{proc.stdout[-3000:]}")
     pairs = len(hosts) * (len(hosts) - 1) // 2
     return {
         "benchmark": "schedule",

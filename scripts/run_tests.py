@@ -110,8 +110,8 @@ STAGES: dict[str, list] = {
         playbook("playbooks/site.yml"),
         [sys.executable, str(REPO / "scripts" / "assert_idempotent.py"), *playbook("playbooks/site.yml")],
         # The build molecule's llama_rpc scenario stored on the controller is reused here.
-        playbook("playbooks/llama-rpc-cluster.yml", "-e", "llama_cluster_benchmark=true"),
-        [sys.executable, str(REPO / "scripts" / "assert_idempotent.py"), *playbook("playbooks/llama-rpc-cluster.yml")],
+        playbook("playbooks/llama_rpc_cluster.yml", "-e", "llama_cluster_benchmark=true"),
+        [sys.executable, str(REPO / "scripts" / "assert_idempotent.py"), *playbook("playbooks/llama_rpc_cluster.yml")],
         lab("down"),
     ],
 }
