@@ -1,0 +1,838 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Capacity planner for a vLLM replica: weights and KV cache per GPU, per pipeline stage.
+
+It reproduces vLLM's own accounting (vLLM 0.32, the version the vllm role installs on CPU hosts;
+the CUDA 0.33 build shares it), so that the figures it returns are the ones ``vllm serve`` logs:
+
+- Memory per GPU (vllm/v1/worker/utils.py ``request_memory``, vllm/v1/worker/gpu_worker.py
+  ``determine_available_memory``): ``ceil(total * gpu_memory_utilization)`` minus the weights of
+  the stage minus everything else (activation peak, CUDA context, NCCL buffers, CUDA graphs),
+  which vLLM measures and this planner takes as ``overhead_bytes``. With
+  ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory-bytes``; ``VLLM_CPU_KVCACHE_SPACE`` GiB on
+  CPU, vllm/platforms/cpu.py) the KV budget is exactly that and nothing is subtracted.
+- KV bytes per token and layer (vllm/v1/kv_cache_interface.py ``AttentionSpec.page_size_bytes``
+  and ``MLAAttentionSpec``; vllm/config/model.py ``get_num_kv_heads``): MLA stores one latent of
+  ``kv_lora_rank + qk_rope_head_dim`` per token, not K and V, and every TP rank holds all of it;
+  GQA/MHA stores K and V of ``max(1, num_key_value_heads // tp)`` heads of ``head_dim``.
+- Blocks (vllm/v1/core/kv_cache_utils.py ``get_kv_cache_config_from_groups``,
+  ``get_kv_cache_configs``): ``budget // (block_size * bytes_per_token_layer * layers)`` per
+  stage, then the minimum over all ranks, so the weakest pipeline stage caps the replica.
+- Concurrency and the logged size (``get_max_concurrency_for_kv_cache_config``,
+  ``get_kv_cache_capacity``): ``num_blocks / ceil(max_model_len / block_size)``, and the
+  "KV cache size: N tokens" line is ``int(concurrency * max_model_len)``, which is less than
+  ``num_blocks * block_size`` when max_model_len is not a multiple of the block size.
+- The admission check (``get_kv_cache_configs``, ``_check_enough_kv_cache_memory``): one block is
+  held back for the null block, and one request of max_model_len must fit in the rest; otherwise
+  vLLM refuses with an "estimated maximum model length".
+- Pipeline split (vllm/distributed/utils.py ``get_pp_indices``): ``L // P`` layers per stage, the
+  remainder one each to stages -2, -3, ...; VLLM_PP_LAYER_PARTITION overrides it.
+
+Weights are counted from the config.json fields the way vLLM shards them with tensor parallelism
+(column/row parallel linears, vocabulary-parallel embedding padded to 64, MoE experts sharded
+over TP ranks as vLLM's TP MoE does without expert parallelism). Everything here is pure; Python
+3.8 standard library only.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+MIB = 1 << 20
+GIB = 1 << 30
+VOCAB_PADDING = 64  # vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+DEFAULT_UTILIZATION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utilization
+DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
+CPU_BLOCK_SIZE = 128  # vllm/platforms/cpu.py, when the model is not MLA
+DEFAULT_OVERHEAD_BYTES = 3 * GIB  # an assumption; replace it with what vLLM logs on the real GPU
+FP8_DS_MLA_TOKEN_BYTES = 656  # vllm/v1/attention/backends/mla/flashmla_sparse.py
+
+# What nvidia-smi reports as memory.total, in MiB. Vendor capacities: RTX 5090 32 GB GDDR7
+# (https://www.nvidia.com/en-us/geforce/graphics-cards/50-series/rtx-5090/), RTX 4090 24 GB
+# (https://www.nvidia.com/en-us/geforce/graphics-cards/40-series/rtx-4090/), H100 SXM 80 GB and
+# H200 141 GB (https://www.nvidia.com/en-us/data-center/h100/, /h200/), A100 80 GB
+# (https://www.nvidia.com/en-us/data-center/a100/).
+GPU_PRESETS = {
+    "rtx-5090": {"name": "NVIDIA GeForce RTX 5090", "memory_mib": 32607},
+    "rtx-4090": {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564},
+    "rtx-3090": {"name": "NVIDIA GeForce RTX 3090", "memory_mib": 24576},
+    "a100-80gb": {"name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920},
+    "h100-sxm": {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559},
+    "h200": {"name": "NVIDIA H200", "memory_mib": 143771},
+}
+GPU_ALIASES = {"5090": "rtx-5090", "4090": "rtx-4090", "3090": "rtx-3090", "a100": "a100-80gb", "h100": "h100-sxm"}
+
+_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 61,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "moe_layer_freq": 1,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+}
+_KIMI_K2 = dict(
+    _DEEPSEEK_V3,
+    model_type="kimi_k2",
+    num_attention_heads=64,
+    num_key_value_heads=64,
+    n_routed_experts=384,
+    first_k_dense_replace=1,
+    vocab_size=163840,
+    max_position_embeddings=131072,
+)
+# Not a published config: the shape a widely shared article gives "Kimi K3" (56 layers, 896
+# experts, 2.8 T parameters, 1.4 TB after GPTQ INT4). The fields it does not give are Kimi-K2's,
+# and every layer is taken as MLA although the article speaks of linear attention, so its KV
+# figures are an upper bound.
+_KIMI_K3_ARTICLE = dict(
+    _KIMI_K2,
+    model_type="kimi_k3_article",
+    num_hidden_layers=56,
+    n_routed_experts=896,
+    max_position_embeddings=32768,
+    quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128},
+    total_bytes=1400 * 10**9,
+)
+MODEL_PRESETS = {"deepseek-v3": _DEEPSEEK_V3, "kimi-k2": _KIMI_K2, "kimi-k3-article": _KIMI_K3_ARTICLE}
+MODEL_SOURCES = {
+    "deepseek-v3": "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json",
+    "kimi-k2": "https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json",
+    "kimi-k3-article": "a press article's description; not a published config (see docs/capacity-plan.md)",
+}
+
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+# Nominal bits per weight; quantisation scales add about 3% for 4-bit group-128 and 0.02% for FP8
+# with 128x128 blocks. Give model.total_bytes for the checkpoint's exact size.
+QUANT_BITS = {
+    "fp8": 8,
+    "fp8_e4m3": 8,
+    "int8": 8,
+    "w8a8": 8,
+    "int4": 4,
+    "gptq": 4,
+    "awq": 4,
+    "w4a16": 4,
+    "nvfp4": 4,
+    "mxfp4": 4,
+}
+OPTION_BITS = dict(QUANT_BITS, bf16=16, bfloat16=16, fp16=16, float16=16, none=16, fp32=32, float32=32)
+KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts")
+OPTION_DEFAULTS = {
+    "gpu": None,
+    "quantization": None,
+    "weight_bits": None,
+    "platform": "cuda",
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "dtype": "auto",
+    "gpu_memory_utilization": DEFAULT_UTILIZATION,
+    "max_model_len": None,
+    "max_num_seqs": None,
+    "kv_cache_dtype": "auto",
+    "block_size": None,
+    "overhead_bytes": None,
+    "overhead_mib": None,
+    "kv_cache_memory_bytes": None,
+    "pp_layer_partition": None,
+}
+
+
+class CapacityError(ValueError):
+    """A plan that cannot be made or does not fit; ``data`` holds what is known of it."""
+
+    def __init__(self, msg, data=None):
+        super().__init__(msg)
+        self.data = data or {}
+
+
+def _refuse(msg, **data):
+    raise CapacityError(msg, data)
+
+
+def _positive_int(option, value, minimum=1, fix=""):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _refuse("%s must be an integer >= %d, got %r%s" % (option, minimum, value, fix))
+    return value
+
+
+def _key(name):
+    return str(name).strip().lower().replace(" ", "-").replace("_", "-")
+
+
+def fmt_gib(value):
+    return "%.2f GiB" % (value / GIB)
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def resolve_gpu(gpu):
+    """Return {'name', 'memory_bytes'} for a preset name or a {memory_mib|memory_bytes} dict."""
+    if isinstance(gpu, str):
+        key = _key(gpu)
+        for prefix in ("nvidia-", "geforce-"):
+            key = key[len(prefix) :] if key.startswith(prefix) else key
+        key = GPU_ALIASES.get(key, key)
+        if key not in GPU_PRESETS:
+            _refuse(
+                "gpu %r is not a known preset; use one of %s or a dict {memory_mib: N} with memory.total from"
+                " nvidia-smi" % (gpu, ", ".join(sorted(GPU_PRESETS)))
+            )
+        preset = GPU_PRESETS[key]
+        return {"name": preset["name"], "memory_bytes": preset["memory_mib"] * MIB}
+    if not isinstance(gpu, dict):
+        _refuse("gpu must be a preset name or a dict {memory_mib: N}, got %s %r" % (type(gpu).__name__, gpu))
+    unknown = sorted(set(gpu) - {"name", "memory_mib", "memory_bytes"})
+    if unknown or ("memory_mib" in gpu) == ("memory_bytes" in gpu):
+        _refuse("gpu must hold exactly one of memory_mib or memory_bytes (and optionally name), got %r" % (gpu,))
+    if "memory_mib" in gpu:
+        memory = _positive_int("gpu.memory_mib", gpu["memory_mib"], fix="; use memory.total from nvidia-smi") * MIB
+    else:
+        memory = _positive_int("gpu.memory_bytes", gpu["memory_bytes"])
+    return {"name": str(gpu.get("name") or "custom"), "memory_bytes": memory}
+
+
+def resolve_model(model):
+    """Return (name, flat config dict) for a preset name or a config.json dict."""
+    if isinstance(model, str):
+        key = _key(model)
+        if key not in MODEL_PRESETS:
+            _refuse(
+                "model %r is not a known preset; use one of %s or pass the fields of the model's config.json as a"
+                " dict" % (model, ", ".join(sorted(MODEL_PRESETS)))
+            )
+        return key, dict(MODEL_PRESETS[key])
+    if not isinstance(model, dict):
+        _refuse("model must be a preset name or a dict of config.json fields, got %s" % type(model).__name__)
+    config = dict(model)
+    text = config.get("text_config")
+    if isinstance(text, dict):  # multimodal: the language model is what gets split
+        merged = dict(text)
+        merged.update((k, v) for k, v in config.items() if k not in text and k != "text_config")
+        config = merged
+    return str(config.get("_name_or_path") or config.get("model_type") or "custom"), config
+
+
+def model_shape(config):
+    """Validate and normalise the config.json fields the planner needs."""
+
+    def need(name, minimum=1):
+        return _positive_int("model.%s" % name, config.get(name), minimum, "; pass the model's config.json fields")
+
+    def opt(name, default, minimum=0):
+        value = config.get(name)
+        return default if value is None else _positive_int("model.%s" % name, value, minimum)
+
+    shape = {
+        "layers": need("num_hidden_layers"),
+        "hidden": need("hidden_size"),
+        "heads": need("num_attention_heads"),
+        "vocab": need("vocab_size"),
+        "tie": bool(config.get("tie_word_embeddings", False)),
+        "max_position_embeddings": opt("max_position_embeddings", None),
+    }
+    shape["kv_heads"] = opt("num_key_value_heads", shape["heads"], 1)
+    shape["head_dim"] = opt("head_dim", shape["hidden"] // shape["heads"], 1)
+    shape["mla"] = config.get("kv_lora_rank") is not None
+    if shape["mla"]:
+        shape["kv_lora_rank"] = need("kv_lora_rank")
+        shape["rope_dim"] = need("qk_rope_head_dim")
+        shape["nope_dim"] = need("qk_nope_head_dim")
+        shape["v_dim"] = need("v_head_dim")
+        shape["q_lora_rank"] = opt("q_lora_rank", 0)
+    experts = [config.get(name) for name in EXPERT_FIELDS if config.get(name)]
+    shape["experts"] = _positive_int("model.n_routed_experts", experts[0]) if experts else 0
+    if shape["experts"]:
+        shape["moe_inter"] = opt("moe_intermediate_size", None, 1) or need("intermediate_size")
+        shared_size = opt("shared_expert_intermediate_size", 0)
+        shape["shared_inter"] = shared_size or opt("n_shared_experts", 0) * shape["moe_inter"]
+        shape["first_dense"] = opt("first_k_dense_replace", 0)
+        shape["moe_freq"] = opt("moe_layer_freq", 1, 1)
+    shape["moe_layers"] = [
+        bool(shape["experts"]) and i >= shape["first_dense"] and i % shape["moe_freq"] == 0
+        for i in range(shape["layers"])
+    ]
+    if not all(shape["moe_layers"]):
+        shape["inter"] = need("intermediate_size")
+    dtype = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    if dtype not in DTYPE_BYTES:
+        _refuse("model.torch_dtype %r is not one of %s" % (dtype, ", ".join(sorted(DTYPE_BYTES))))
+    shape["config_dtype"] = dtype
+    total = config.get("total_bytes")
+    shape["total_bytes"] = None if total is None else _positive_int("model.total_bytes", total)
+    return shape
+
+
+def decoder_bits(config, quantization=None, bits=None):
+    """Bits per decoder weight: weight_bits, the quantization option, or the config's quantization_config."""
+    if bits is not None:
+        return _positive_int("weight_bits", bits, fix="; use 16 for bf16, 8 for fp8/int8, 4 for int4")
+    if quantization is not None:
+        key = str(quantization).strip().lower().replace("-", "_")
+        if key not in OPTION_BITS:
+            _refuse(
+                "quantization %r is not known; use one of %s, or give weight_bits"
+                % (quantization, ", ".join(sorted(OPTION_BITS)))
+            )
+        return OPTION_BITS[key]
+    qcfg = config.get("quantization_config") or {}
+    method = str(qcfg.get("quant_method", "")).lower()
+    if not method:
+        return None
+    found = qcfg.get("bits")
+    for group in (qcfg.get("config_groups") or {}).values():  # compressed-tensors
+        found = found or ((group or {}).get("weights") or {}).get("num_bits")
+    found = found or QUANT_BITS.get(method)
+    if not found:
+        _refuse(
+            "model.quantization_config.quant_method %r is not known to the planner; give quantization or weight_bits"
+            % method
+        )
+    return int(found)
+
+
+def resolve_dtype(dtype, config_dtype):
+    """vLLM's --dtype: auto keeps the config's dtype, but float32 runs as bfloat16.
+
+    vllm/config/model.py _resolve_auto_dtype downcasts float32 to the platform's first supported dtype.
+    """
+    key = _key(dtype or "auto")
+    if key == "auto":
+        return "bfloat16" if DTYPE_BYTES[config_dtype] == 4 else config_dtype
+    if key not in DTYPE_BYTES:
+        _refuse("dtype %r is not one of auto, %s" % (dtype, ", ".join(sorted(DTYPE_BYTES))))
+    return key
+
+
+def kv_bytes_per_token_layer(shape, tp, kv_cache_dtype, run_dtype):
+    """KV cache bytes one token takes in one layer on one GPU."""
+    key = (kv_cache_dtype or "auto").strip().lower()
+    if key == "fp8_ds_mla":
+        if not shape["mla"]:
+            _refuse("kv_cache_dtype fp8_ds_mla is only for MLA models (those with kv_lora_rank); use fp8")
+        return FP8_DS_MLA_TOKEN_BYTES
+    if key == "auto":
+        size = DTYPE_BYTES[run_dtype]
+    elif key in KV_DTYPE_BYTES:
+        size = KV_DTYPE_BYTES[key]
+    else:
+        _refuse(
+            "kv_cache_dtype %r is not one of auto, %s, fp8_ds_mla" % (kv_cache_dtype, ", ".join(sorted(KV_DTYPE_BYTES)))
+        )
+    if shape["mla"]:
+        return (shape["kv_lora_rank"] + shape["rope_dim"]) * size
+    return 2 * max(1, shape["kv_heads"] // tp) * shape["head_dim"] * size
+
+
+# ---------------------------------------------------------------------------- weights
+
+
+def _layer_bits(shape, tp, moe, qbits, dbits):
+    """Bits of one decoder layer on one TP rank."""
+    h = shape["hidden"]
+    heads = shape["heads"] // tp
+    if shape["mla"]:
+        qk = shape["nope_dim"] + shape["rope_dim"]
+        replicated = h * (shape["kv_lora_rank"] + shape["rope_dim"])  # kv_a_proj_with_mqa: ReplicatedLinear
+        if shape["q_lora_rank"]:
+            replicated += h * shape["q_lora_rank"]
+            sharded = shape["q_lora_rank"] * heads * qk
+        else:
+            sharded = h * heads * qk
+        sharded += shape["kv_lora_rank"] * heads * (shape["nope_dim"] + shape["v_dim"]) + heads * shape["v_dim"] * h
+        attn = replicated + sharded
+        norms = shape["kv_lora_rank"] + shape["q_lora_rank"]
+    else:
+        kv = max(1, shape["kv_heads"] // tp)  # QKVParallelLinear replicates KV heads when tp > kv heads
+        attn = h * heads * shape["head_dim"] * 2 + 2 * h * kv * shape["head_dim"]
+        norms = 0
+    if moe:
+        mlp = (shape["experts"] * 3 * h * shape["moe_inter"] + 3 * h * shape["shared_inter"]) // tp
+        router = h * shape["experts"]
+    else:
+        mlp = 3 * h * shape["inter"] // tp
+        router = 0
+    return (attn + mlp) * qbits + (router + norms + 2 * h) * dbits
+
+
+def weight_layout(shape, tp, pp, qbits, dbits):
+    """Per-TP-rank bytes: ([bytes per layer], embedding, lm_head + final norm, scale applied).
+
+    With tied embeddings the last stage still builds its own copy of the embedding when it is not
+    also the first stage (vllm/model_executor/models/llama.py LlamaModel and LlamaForCausalLM).
+    """
+    vocab_rows = -(-(-(-shape["vocab"] // VOCAB_PADDING) * VOCAB_PADDING) // tp)
+    embed_bits = vocab_rows * shape["hidden"] * dbits
+    head_bits = (0 if shape["tie"] and pp == 1 else embed_bits) + shape["hidden"] * dbits
+    layers = [_layer_bits(shape, tp, moe, qbits, dbits) for moe in shape["moe_layers"]]
+    scale = 1.0
+    if shape["total_bytes"]:
+        full = [_layer_bits(shape, 1, moe, qbits, dbits) for moe in shape["moe_layers"]]
+        full_embed = -(-shape["vocab"] // VOCAB_PADDING) * VOCAB_PADDING * shape["hidden"] * dbits
+        computed = (sum(full) + full_embed * (1 if shape["tie"] else 2) + shape["hidden"] * dbits) / 8.0
+        scale = shape["total_bytes"] / computed
+
+    def to_bytes(bits):
+        return math.ceil(bits * scale / 8.0)
+
+    return [to_bytes(b) for b in layers], to_bytes(embed_bits), to_bytes(head_bits), scale
+
+
+def total_params(shape):
+    h = shape["hidden"]
+    return sum(_layer_bits(shape, 1, moe, 1, 1) for moe in shape["moe_layers"]) + shape["vocab"] * h * (
+        1 if shape["tie"] else 2
+    )
+
+
+# ---------------------------------------------------------------------------- partitions
+
+
+def default_partition(layers, pp):
+    """vLLM's split when VLLM_PP_LAYER_PARTITION is unset (vllm/distributed/utils.py get_pp_indices)."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def parse_partition(value, layers, pp):
+    if isinstance(value, str):
+        try:
+            parts = [int(item) for item in value.split(",")]
+        except ValueError:
+            _refuse("pp_layer_partition %r is not a comma-separated list of integers, like '7,6,6'" % value)
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        parts = list(value)
+    else:
+        _refuse("pp_layer_partition must be a list of integers or a comma-separated string, got %r" % (value,))
+    if len(parts) != pp:
+        _refuse("pp_layer_partition %r has %d entries; it needs one per pipeline stage (%d)" % (value, len(parts), pp))
+    if sum(parts) != layers:
+        _refuse("pp_layer_partition %r sums to %d; it must sum to num_hidden_layers (%d)" % (value, sum(parts), layers))
+    if min(parts) < 1:
+        _refuse("pp_layer_partition %r has a stage without layers; every stage needs at least one" % (value,))
+    return parts
+
+
+class _Evaluator:
+    """Blocks of a stage covering layers [begin, end), from prefix sums of the layer bytes."""
+
+    def __init__(self, layout, pp, budget, block_size, token_layer):
+        layer_bytes, self.embed, self.head, self.scale = layout
+        self.prefix = [0]
+        for size in layer_bytes:
+            self.prefix.append(self.prefix[-1] + size)
+        self.pp, self.budget = pp, budget
+        self.block_size, self.page_layer = block_size, block_size * token_layer
+
+    def weights(self, stage, begin, end):
+        extra = (self.embed if stage == 0 else 0) + (self.head if stage == self.pp - 1 else 0)
+        return self.prefix[end] - self.prefix[begin] + extra
+
+    def kv_budget(self, stage, begin, end):
+        return self.budget(self.weights(stage, begin, end))
+
+    def blocks(self, stage, begin, end):
+        return self.kv_budget(stage, begin, end) // (self.page_layer * (end - begin))
+
+
+def best_partition(ev, layers, pp):
+    """Maximise the least blocks over stages; among those, the fewest layers on the busiest stage."""
+    neg = float("-inf")
+    best = [[neg] * (layers + 1) for stage in range(pp)]
+    for end in range(1, layers - pp + 2):
+        best[0][end] = ev.blocks(0, 0, end)
+    for stage in range(1, pp):
+        for end in range(stage + 1, layers - pp + stage + 2):
+            best[stage][end] = max(
+                min(best[stage - 1][b], ev.blocks(stage, b, end)) for b in range(stage, end) if best[stage - 1][b] > neg
+            )
+    target = best[pp - 1][layers]
+    # Second pass: every stage reaches target; minimise the largest stage.
+    inf = float("inf")
+    cost = [[inf] * (layers + 1) for stage in range(pp)]
+    back = [[0] * (layers + 1) for stage in range(pp)]
+    for end in range(1, layers - pp + 2):
+        if ev.blocks(0, 0, end) >= target:
+            cost[0][end] = end
+    for stage in range(1, pp):
+        for end in range(stage + 1, layers - pp + stage + 2):
+            for b in range(end - 1, stage - 1, -1):  # larger earlier stages first on ties
+                if cost[stage - 1][b] < inf and ev.blocks(stage, b, end) >= target:
+                    value = max(cost[stage - 1][b], end - b)
+                    if value < cost[stage][end]:
+                        cost[stage][end], back[stage][end] = value, b
+    parts, end = [], layers
+    for stage in range(pp - 1, 0, -1):
+        begin = back[stage][end]
+        parts.append(end - begin)
+        end = begin
+    parts.append(end)
+    return parts[::-1], target, cost[pp - 1][layers]
+
+
+def min_pipeline_size(ev_for, layers, pp, need):
+    """The least pipeline size > pp at which every stage fits its weights and ``need(stage layers)`` bytes of KV."""
+    for size in range(pp + 1, layers + 1):
+        ev = ev_for(size)
+        begin, ok = 0, True
+        for stage in range(size - 1):
+            end = begin
+            while end < layers - (size - 1 - stage) and ev.kv_budget(stage, begin, end + 1) >= need(end + 1 - begin):
+                end += 1
+            if end == begin:
+                ok = False
+                break
+            begin = end
+        if ok and ev.kv_budget(size - 1, begin, layers) >= need(layers - begin):
+            return size
+    return None
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def _stages(ev, parts):
+    rows, begin = [], 0
+    for stage, count in enumerate(parts):
+        end = begin + count
+        budget = ev.kv_budget(stage, begin, end)
+        blocks = budget // (ev.page_layer * count)
+        rows.append(
+            {
+                "stage": stage,
+                "layers": count,
+                "first_layer": begin,
+                "last_layer": end - 1,
+                "weight_bytes": ev.weights(stage, begin, end),
+                "kv_budget_bytes": budget,
+                "kv_bytes_per_token": ev.page_layer // ev.block_size * count,
+                "num_blocks": blocks,
+                "kv_tokens": max(0, blocks) * ev.block_size,
+            }
+        )
+        begin = end
+    return rows
+
+
+def _summary(ev, parts, max_model_len, block_size):
+    stages = _stages(ev, parts)
+    blocks = max(0, min(row["num_blocks"] for row in stages))
+    per_request = -(-max_model_len // block_size)
+    concurrency = blocks / per_request
+    return {
+        "pp_layer_partition": ",".join(str(p) for p in parts),
+        "stages": stages,
+        "limiting_stage": min(stages, key=lambda row: row["num_blocks"])["stage"],
+        "num_blocks": blocks,
+        "kv_tokens": blocks * block_size,
+        "kv_tokens_reported": int(concurrency * max_model_len),
+        "max_concurrency": concurrency,
+    }
+
+
+def _check_parallelism(shape, tp, pp):
+    if shape["heads"] % tp:
+        divisors = [d for d in range(1, min(shape["heads"], 64) + 1) if shape["heads"] % d == 0]
+        _refuse(
+            "tensor_parallel_size %d does not divide num_attention_heads (%d), which vLLM requires; use one of %s"
+            % (tp, shape["heads"], ", ".join(map(str, divisors)))
+        )
+    if not shape["mla"] and shape["kv_heads"] % tp and tp % shape["kv_heads"]:
+        _refuse(
+            "tensor_parallel_size %d and num_key_value_heads (%d) must divide one another, as vLLM's"
+            " QKVParallelLinear requires" % (tp, shape["kv_heads"])
+        )
+    if pp > shape["layers"]:
+        _refuse(
+            "pipeline_parallel_size %d is larger than num_hidden_layers (%d); every stage needs a layer"
+            % (pp, shape["layers"])
+        )
+
+
+def _check_length(shape, max_model_len):
+    longest = shape["max_position_embeddings"]
+    if max_model_len is None:
+        if longest is None:
+            _refuse("max_model_len is required: the model gives no max_position_embeddings")
+        return longest
+    _positive_int("max_model_len", max_model_len)
+    if longest and max_model_len > longest:
+        _refuse(
+            "max_model_len %d is longer than the model's max_position_embeddings (%d); vLLM refuses it, use at most %d"
+            % (max_model_len, longest, longest)
+        )
+    return max_model_len
+
+
+def _settings(shape, options):
+    """Validate the options that do not depend on the weights; return them resolved."""
+    opts = dict(options)
+    tp = _positive_int("tensor_parallel_size", opts["tensor_parallel_size"])
+    pp = _positive_int("pipeline_parallel_size", opts["pipeline_parallel_size"])
+    platform = opts["platform"]
+    if platform not in ("cuda", "cpu"):
+        _refuse("platform must be cuda or cpu, got %r" % (platform,))
+    _check_parallelism(shape, tp, pp)
+    util = opts["gpu_memory_utilization"]
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+        _refuse("gpu_memory_utilization must be in (0, 1], got %r; vLLM's default is 0.92" % (util,))
+    opts["max_model_len"] = _check_length(shape, opts["max_model_len"])
+    kv_bytes = opts["kv_cache_memory_bytes"]
+    if kv_bytes is not None:
+        _positive_int("kv_cache_memory_bytes", kv_bytes)
+    gpu_info = None if opts["gpu"] is None else resolve_gpu(opts["gpu"])
+    if gpu_info is None and kv_bytes is None:
+        _refuse("gpu is required unless kv_cache_memory_bytes is given (the KV budget then is exactly that)")
+    if platform == "cpu" and kv_bytes is None:
+        _refuse("platform=cpu needs kv_cache_memory_bytes (VLLM_CPU_KVCACHE_SPACE GiB, or --kv-cache-memory-bytes)")
+    block_size = opts["block_size"]
+    if block_size is None:
+        block_size = CPU_BLOCK_SIZE if platform == "cpu" and not shape["mla"] else DEFAULT_BLOCK_SIZE
+    _positive_int("block_size", block_size)
+    if platform == "cpu" and shape["mla"]:
+        block_size = DEFAULT_BLOCK_SIZE  # vllm/platforms/cpu.py forces 16 for the CPU MLA kernel
+    if opts["quantization"] is not None and opts["weight_bits"] is not None:
+        _refuse("quantization and weight_bits are mutually exclusive; give one")
+    overhead = opts["overhead_bytes"]
+    if opts["overhead_mib"] is not None:
+        if overhead is not None:
+            _refuse("overhead_bytes and overhead_mib are mutually exclusive; give one")
+        overhead = _positive_int("overhead_mib", opts["overhead_mib"], 0) * MIB
+    overhead = DEFAULT_OVERHEAD_BYTES if overhead is None else _positive_int("overhead_bytes", overhead, 0)
+    if opts["max_num_seqs"] is None:
+        opts["max_num_seqs"] = default_max_num_seqs(platform, gpu_info, tp * pp)
+    _positive_int("max_num_seqs", opts["max_num_seqs"])
+    opts.update(tp=tp, pp=pp, gpu_info=gpu_info, block_size=block_size, overhead=overhead)
+    return opts
+
+
+def plan(model, **options):
+    """Return the plan as a JSON-able dict, or raise CapacityError with a one-line message and ``data``.
+
+    ``options`` are the module's options, by the same names; see OPTION_DEFAULTS.
+    """
+    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
+    if unknown:
+        _refuse("unknown options: %s" % ", ".join(unknown))
+    name, config = resolve_model(model)
+    shape = model_shape(config)
+    opts = _settings(shape, dict(OPTION_DEFAULTS, **options))
+    tp, pp, block_size, max_model_len = opts["tp"], opts["pp"], opts["block_size"], opts["max_model_len"]
+    gpu_info, kv_bytes = opts["gpu_info"], opts["kv_cache_memory_bytes"]
+
+    run_dtype = resolve_dtype(opts["dtype"], shape["config_dtype"])
+    dbits = DTYPE_BYTES[run_dtype] * 8
+    qbits = decoder_bits(config, opts["quantization"], opts["weight_bits"]) or dbits
+    token_layer = kv_bytes_per_token_layer(shape, tp, opts["kv_cache_dtype"], run_dtype)
+    page_layer = token_layer * block_size
+    requested = None if gpu_info is None else math.ceil(gpu_info["memory_bytes"] * opts["gpu_memory_utilization"])
+
+    def budget(weights):
+        if kv_bytes is not None:
+            return kv_bytes
+        return requested - weights - opts["overhead"]
+
+    def evaluator(size):
+        return _Evaluator(weight_layout(shape, tp, size, qbits, dbits), size, budget, block_size, token_layer)
+
+    ev = evaluator(pp)
+    default_parts = default_partition(shape["layers"], pp)
+    if opts["pp_layer_partition"] not in (None, "", []):
+        parts = parse_partition(opts["pp_layer_partition"], shape["layers"], pp)
+    else:
+        parts, target, widest = best_partition(ev, shape["layers"], pp)
+        default_blocks = min(row["num_blocks"] for row in _stages(ev, default_parts))
+        if default_blocks >= target and max(default_parts) <= widest:
+            parts = default_parts  # keep vLLM's own split unless another one is strictly better
+
+    result = _summary(ev, parts, max_model_len, block_size)
+    default = _summary(ev, default_parts, max_model_len, block_size)
+    result.update(
+        {
+            "model": {
+                "name": name,
+                "source": MODEL_SOURCES.get(name, "the config.json given"),
+                "num_hidden_layers": shape["layers"],
+                "attention": "mla" if shape["mla"] else "gqa",
+                "parameters": total_params(shape),
+                "dtype": run_dtype,
+                "weight_bits": qbits,
+                "weight_scale": round(ev.scale, 6),
+                "experts": shape["experts"],
+            },
+            "gpu": gpu_info,
+            "platform": opts["platform"],
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "world_size": tp * pp,
+            "gpu_memory_utilization": opts["gpu_memory_utilization"],
+            "requested_bytes_per_gpu": requested,
+            "overhead_bytes": opts["overhead"],
+            "kv_cache_memory_bytes": kv_bytes,
+            "kv_cache_dtype": opts["kv_cache_dtype"],
+            "block_size": block_size,
+            "max_model_len": max_model_len,
+            "max_num_seqs": opts["max_num_seqs"],
+            "kv_bytes_per_token_per_layer": token_layer,
+            "effective_concurrency": min(opts["max_num_seqs"], int(result["max_concurrency"])),
+            "default_partition": {
+                k: default[k]
+                for k in ("pp_layer_partition", "num_blocks", "kv_tokens", "max_concurrency", "limiting_stage")
+            },
+        }
+    )
+    _check_weights(result, evaluator, shape, page_layer)
+    _check_request(result, page_layer)
+    result["fits"] = True
+    return result
+
+
+def default_max_num_seqs(platform, gpu_info, world):
+    """vLLM's API-server default (vllm/engine/arg_utils.py _get_default_max_num_batched_tokens_and_seqs)."""
+    if platform == "cpu":
+        return 128 * world
+    memory = gpu_info["memory_bytes"] if gpu_info else 0
+    if memory >= 160 * GIB or (memory >= 70 * GIB and "a100" not in gpu_info["name"].lower()):
+        return 1024
+    return 256
+
+
+def _check_weights(result, evaluator, shape, page_layer):
+    """Refuse stages whose weights leave no KV budget, or (with kv_cache_memory_bytes) overflow the GPU."""
+    stages, gpu_info = result["stages"], result["gpu"]
+    result["fits"] = False
+    kv_bytes, overhead = result["kv_cache_memory_bytes"], result["overhead_bytes"]
+    if kv_bytes is not None and gpu_info is not None:
+        over = [row for row in stages if row["weight_bytes"] + kv_bytes + overhead > gpu_info["memory_bytes"]]
+        if over:
+            row = max(over, key=lambda r: r["weight_bytes"])
+            _refuse(
+                "stage %d needs %s of weights plus %s of KV cache and %s of overhead per GPU, more than the %s a"
+                " %s has; lower kv_cache_memory_bytes, use a smaller quantization or a larger pipeline_parallel_size"
+                % (
+                    row["stage"],
+                    fmt_gib(row["weight_bytes"]),
+                    fmt_gib(kv_bytes),
+                    fmt_gib(overhead),
+                    fmt_gib(gpu_info["memory_bytes"]),
+                    gpu_info["name"],
+                ),
+                plan=result,
+            )
+    short = [row for row in stages if row["kv_budget_bytes"] <= 0]
+    if not short:
+        return
+    row = min(short, key=lambda r: r["kv_budget_bytes"])
+    per_request = -(-result["max_model_len"] // result["block_size"])
+
+    def need(layers):
+        return (per_request + 1) * page_layer * layers
+
+    more = min_pipeline_size(evaluator, shape["layers"], result["pipeline_parallel_size"], need)
+    nodes = (
+        "a larger pipeline_parallel_size (%d stages would fit)" % more
+        if more
+        else "more GPUs per stage (no pipeline_parallel_size up to num_hidden_layers fits at this TP)"
+    )
+    _refuse(
+        "the weights do not fit: stage %d holds %s of weights per GPU, %s more than the %s left of"
+        " %s x gpu_memory_utilization after %s of overhead; use a smaller quantization (fp8, int4), %s,"
+        " or a GPU with more memory"
+        % (
+            row["stage"],
+            fmt_gib(row["weight_bytes"]),
+            fmt_gib(-row["kv_budget_bytes"]),
+            fmt_gib(row["kv_budget_bytes"] + row["weight_bytes"]),
+            fmt_gib(gpu_info["memory_bytes"]),
+            fmt_gib(overhead),
+            nodes,
+        ),
+        plan=result,
+        stage=row["stage"],
+        shortfall_bytes=-row["kv_budget_bytes"],
+        min_pipeline_parallel_size=more,
+    )
+
+
+def _check_request(result, page_layer):
+    """vLLM holds one block back for the null block and needs one max_model_len request in the rest."""
+    stages, block_size, length = result["stages"], result["block_size"], result["max_model_len"]
+    estimates = []
+    for row in stages:
+        usable_blocks = (row["kv_budget_bytes"] - page_layer * row["layers"]) // (page_layer * row["layers"])
+        estimates.append(min(length, max(0, usable_blocks) * block_size))
+    result["estimated_max_model_len"] = min(estimates)
+    if result["estimated_max_model_len"] >= length:
+        return
+    stage = estimates.index(result["estimated_max_model_len"])
+    _refuse(
+        "one request of max_model_len %d needs %s of KV cache per GPU on stage %d, which has %s; the estimated"
+        " maximum model length is %d: use a shorter max_model_len, kv_cache_dtype=fp8, a smaller quantization"
+        " or a larger pipeline_parallel_size"
+        % (
+            length,
+            fmt_gib(-(-length // block_size) * page_layer * stages[stage]["layers"]),
+            stage,
+            fmt_gib(stages[stage]["kv_budget_bytes"]),
+            result["estimated_max_model_len"],
+        ),
+        plan=result,
+        estimated_max_model_len=result["estimated_max_model_len"],
+    )
+
+
+def table(result):
+    """Human-readable rows, one per stage, for a debug task."""
+    rows = [
+        "stage  layers      weights/GPU    KV budget/GPU   KV bytes/token   KV tokens",
+    ]
+    for row in result["stages"]:
+        rows.append(
+            "%5d  %2d (%d-%d)  %13s  %15s  %15d  %10d%s"
+            % (
+                row["stage"],
+                row["layers"],
+                row["first_layer"],
+                row["last_layer"],
+                fmt_gib(row["weight_bytes"]),
+                fmt_gib(row["kv_budget_bytes"]),
+                row["kv_bytes_per_token"],
+                row["kv_tokens"],
+                "  <- limits the replica" if row["stage"] == result["limiting_stage"] else "",
+            )
+        )
+    rows.append(
+        "VLLM_PP_LAYER_PARTITION=%s: %d KV tokens, %.2fx concurrency at %d tokens; vLLM's default %s: %d tokens"
+        % (
+            result["pp_layer_partition"],
+            result["kv_tokens"],
+            result["max_concurrency"],
+            result["max_model_len"],
+            result["default_partition"]["pp_layer_partition"],
+            result["default_partition"]["kv_tokens"],
+        )
+    )
+    return rows

@@ -1,0 +1,98 @@
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Unit tests for the capacity_plan module: its options, its results and its refusals."""
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpufleet.inference.plugins.modules import capacity_plan
+
+TINY_CONFIG = Path(__file__).parents[1] / "module_utils" / "fixtures" / "vllm" / "tiny-llama-config.json"
+FLAGSHIP = {
+    "model": "kimi-k2",
+    "quantization": "fp8",
+    "gpu": "rtx-5090",
+    "tensor_parallel_size": 8,
+    "pipeline_parallel_size": 10,
+    "max_model_len": 32768,
+    "gpu_memory_utilization": 0.92,
+}
+
+
+def run_module(capsys, args, expect_rc=0):
+    """Run capacity_plan.main() with ``args``; return the JSON it printed."""
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        capacity_plan.main()
+    assert (exc.value.code or 0) == expect_rc
+    return json.loads(capsys.readouterr().out)
+
+
+def test_flagship_plan(capsys):
+    result = run_module(capsys, FLAGSHIP)
+    assert result["changed"] is False
+    assert result["fits"] is True
+    assert result["pp_layer_partition"] == "7,6,6,6,6,6,6,6,6,6"
+    assert result["kv_tokens"] == 1855168
+    assert result["kv_tokens"] > result["plan"]["default_partition"]["kv_tokens"]
+    assert result["effective_concurrency"] == 56
+    assert len(result["table"]) == 12
+    assert len(result["plan"]["stages"]) == 10
+
+
+def test_check_mode_plans_the_same(capsys):
+    result = run_module(capsys, dict(FLAGSHIP, _ansible_check_mode=True))
+    assert result["changed"] is False
+    assert result["pp_layer_partition"] == "7,6,6,6,6,6,6,6,6,6"
+
+
+def test_config_dict_on_cpu(capsys):
+    config = json.loads(TINY_CONFIG.read_text())
+    args = {"model": config, "platform": "cpu", "dtype": "float32", "max_model_len": 512}
+    result = run_module(capsys, dict(args, kv_cache_memory_bytes=1 << 30))
+    assert result["kv_tokens"] == 524288
+    assert result["max_concurrency"] == 1024.0
+
+
+def test_overhead_mib_is_bytes_times_mib(capsys):
+    with_mib = run_module(capsys, dict(FLAGSHIP, overhead_mib=4096))
+    with_bytes = run_module(capsys, dict(FLAGSHIP, overhead_bytes=4 << 30))
+    assert with_mib["plan"]["overhead_bytes"] == 4 << 30
+    assert with_mib["kv_tokens"] == with_bytes["kv_tokens"] < 1855168
+
+
+def test_plan_that_does_not_fit_is_refused(capsys):
+    result = run_module(capsys, dict(FLAGSHIP, quantization="bf16", pipeline_parallel_size=1), expect_rc=1)
+    assert result["failed"] is True
+    assert result["fits"] is False
+    assert "\n" not in result["msg"]
+    assert result["msg"].startswith("the weights do not fit: stage 0")
+    assert "smaller quantization" in result["msg"]
+    assert "larger pipeline_parallel_size" in result["msg"]
+    assert result["min_pipeline_parallel_size"] == 10
+    assert result["plan"]["stages"][0]["kv_budget_bytes"] < 0
+
+
+def test_kv_refusal_carries_the_estimated_length(capsys):
+    args = dict(FLAGSHIP, max_model_len=131072, gpu_memory_utilization=0.5)
+    result = run_module(capsys, args, expect_rc=1)
+    assert result["estimated_max_model_len"] == 74384
+    assert "estimated maximum model length is 74384" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"tensor_parallel_size": 3}, "tensor_parallel_size 3 does not divide num_attention_heads (64)"),
+        ({"pipeline_parallel_size": 62}, "pipeline_parallel_size 62 is larger than num_hidden_layers (61)"),
+        ({"pp_layer_partition": "7,6"}, "pp_layer_partition '7,6' has 2 entries"),
+        ({"gpu": "rtx-9090"}, "gpu 'rtx-9090' is not a known preset"),
+        ({"weight_bits": 4}, "parameters are mutually exclusive: quantization|weight_bits"),
+        ({"platform": "tpu"}, "value of platform must be one of: cuda, cpu"),
+    ],
+)
+def test_bad_options_fail_naming_them(capsys, args, expected):
+    result = run_module(capsys, dict(FLAGSHIP, **args), expect_rc=1)
+    assert result["failed"] is True
+    assert expected in result["msg"]
