@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LINK := collections/ansible_collections/gpufleet/inference
 INVENTORY := inventories/lab
 
-.PHONY: help setup lab lab-image lab-down lab-status demo test lint sanity units pytest molecule build constraints clean
+.PHONY: help setup lab lab-image lab-down lab-status demo llama-demo test lint sanity units pytest molecule build constraints clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ $(LINK):
 	mkdir -p $(dir $(LINK))
 	ln -sfn ../../.. $(LINK)
 
-lab: setup ## Start the lab hosts (LAB_HOSTS=3) and write inventories/lab/hosts.yml
+lab: setup ## Start the lab hosts over SSH (LAB_HOSTS=3, LAB_SERVING=vllm|llama|none) and write inventories/lab/topology.yml
 	$(PY) scripts/lab.py up
 
 lab-image: ## Build (or reuse) the cached lab base image
@@ -35,9 +35,17 @@ lab-status: ## Show the lab hosts
 lab-down: ## Remove the lab hosts, network and inventory (the cached image stays)
 	python3 scripts/lab.py down
 
-demo: lab ## Bring the lab up, configure it, and serve a completion through its llama.cpp RPC cluster
+DEMO_HOSTS ?= 4
+
+demo: setup ## The flagship composition on a 4-host lab: plan, fabric, NCCL, a vLLM PP=2 replica, acceptance; prints a completion
+	$(MAKE) lab LAB_HOSTS=$(DEMO_HOSTS) LAB_SERVING=vllm
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/site.yml --diff
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/llama_rpc_cluster.yml -e llama_cluster_benchmark=true
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/vllm_serving.yml --tags vllm_smoke
+	@test -f fabric-report/fabric-report.html && echo "acceptance report: $(CURDIR)/fabric-report/fabric-report.html"
+
+llama-demo: setup ## A llama.cpp RPC cluster on a 3-host lab (coordinator and two RPC workers), with a benchmark
+	$(MAKE) lab LAB_HOSTS=3 LAB_SERVING=llama
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/llama_rpc_cluster.yml -e llama_server_benchmark=true
 
 test: setup lab-image ## Run every test stage; stops at the first failure
 	$(PY) scripts/run_tests.py $(STAGES)

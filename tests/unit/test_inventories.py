@@ -31,7 +31,7 @@ def ansible_inventory(*args):
     exe = Path(sys.executable).with_name("ansible-inventory")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.inventory"]
     collections = REPO.parents[2] if REPO.parent.parent.name == "ansible_collections" else REPO / "collections"
-    env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_COLLECTIONS_PATH=str(collections))
+    env = dict(os.environ, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true", ANSIBLE_COLLECTIONS_PATH=str(collections))
     return subprocess.run([*argv, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
