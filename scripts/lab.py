@@ -80,6 +80,10 @@ SYSTEMD_RUN_ARGS = [
     "NET_ADMIN",
     "--stop-signal",
     "SIGRTMIN+3",
+    # vLLM's engine and workers talk through shared-memory ring buffers (160 MiB for the lab's
+    # PP=2 replica); Docker's default /dev/shm is 64 MiB. A server's is half its RAM.
+    "--shm-size",
+    "1g",
 ]
 
 
@@ -406,6 +410,9 @@ def vllm_vars(assets: dict[str, str]) -> dict:
         "vllm_ready_timeout": 600,
         "vllm_shutdown_timeout": 5,
         "vllm_restart_ok": True,
+        # The KV budget is given outright (kv-cache-memory-bytes), so the engine's KV blocks must
+        # be exactly the capacity plan's (the smoke test compares them).
+        "vllm_capacity_tolerance": 0,
         "vllm_args": {
             "dtype": "float32",
             "max-model-len": 512,
