@@ -40,6 +40,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+import re
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -168,6 +169,18 @@ class CapacityError(ValueError):
 
 def _refuse(msg, **data):
     raise CapacityError(msg, data)
+
+
+def name_origins(message, origins):
+    """Put the caller's names for the options into a message: ``origins`` maps an option name
+    (``pipeline_parallel_size``) to what the caller set (``vllm_pipeline_parallel_size``), so a
+    refusal names the variable the operator has to change. Only whole option names are replaced,
+    longest first, and never inside a longer identifier or a dotted path."""
+    if not origins:
+        return message
+    names = sorted((str(key) for key in origins), key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.])(%s)(?![\w])" % "|".join(re.escape(name) for name in names))
+    return pattern.sub(lambda match: str(origins[match.group(1)]), message)
 
 
 def _positive_int(option, value, minimum=1, fix=""):

@@ -109,6 +109,13 @@ options:
   pp_layer_partition:
     description: Layers per stage to evaluate instead of the best one, a list or a comma string like V(7,6,6).
     type: raw
+  origins:
+    description:
+      - The caller's names for these options, put into refusals instead of the option names, so that
+        a message names the variable the operator sets, for example
+        V({pipeline_parallel_size: vllm_pipeline_parallel_size, max_model_len: vllm_args.max-model-len}).
+    type: dict
+    default: {}
 notes:
   - Experts are sharded over the tensor-parallel ranks, as vLLM's MoE layers do without
     C(--enable-expert-parallel). Multi-token-prediction layers are not loaded by vLLM without
@@ -209,7 +216,12 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.inference.plugins.module_utils._capacity import CapacityError, plan, table
+from ansible_collections.gpufleet.inference.plugins.module_utils._capacity import (
+    CapacityError,
+    name_origins,
+    plan,
+    table,
+)
 
 
 def main():
@@ -232,14 +244,17 @@ def main():
             overhead_mib=dict(type="int"),
             kv_cache_memory_bytes=dict(type="int"),
             pp_layer_partition=dict(type="raw"),
+            origins=dict(type="dict", default={}),
         ),
         mutually_exclusive=[["quantization", "weight_bits"], ["overhead_bytes", "overhead_mib"]],
         supports_check_mode=True,
     )
+    params = dict(module.params)
+    origins = params.pop("origins")
     try:
-        result = plan(**module.params)
+        result = plan(**params)
     except CapacityError as exc:
-        module.fail_json(msg=str(exc), fits=False, **exc.data)
+        module.fail_json(msg=name_origins(str(exc), origins), fits=False, **exc.data)
     module.exit_json(
         changed=False,
         fits=result["fits"],

@@ -55,4 +55,6 @@ def test_a_plan_that_does_not_fit_stops_the_run(tmp_path):
     assert result.returncode != 0
     assert "Compute the plan on the controller" in result.stdout
     assert "do not fit" in result.stdout
+    # The refusal names what the operator sets, not the module's option names.
+    assert "a larger vllm_pipeline_parallel_size" in " ".join(result.stdout.split())
     assert not (report / "capacity-plan-kimi.json").exists()

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.inference.plugins.module_utils import _capacity
-from ansible_collections.gpufleet.inference.plugins.module_utils._capacity import CapacityError, plan, table
+from ansible_collections.gpufleet.inference.plugins.module_utils._capacity import (
+    CapacityError,
+    name_origins,
+    plan,
+    table,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY_CONFIG = json.loads((FIXTURES / "vllm" / "tiny-llama-config.json").read_text())
@@ -354,3 +359,21 @@ def test_gpu_presets_and_aliases():
     assert _capacity.resolve_gpu("NVIDIA GeForce RTX 5090")["memory_bytes"] == 32607 * _capacity.MIB
     assert _capacity.resolve_gpu("H100")["memory_bytes"] == 81559 * _capacity.MIB
     assert _capacity.resolve_gpu({"memory_bytes": 1000, "name": "x"}) == {"name": "x", "memory_bytes": 1000}
+
+
+def test_name_origins_puts_the_callers_names_into_a_message():
+    origins = {"pipeline_parallel_size": "vllm_pipeline_parallel_size", "max_model_len": "vllm_args max-model-len"}
+    message = "use a shorter max_model_len or a larger pipeline_parallel_size (11 stages would fit)"
+    assert name_origins(message, origins) == (
+        "use a shorter vllm_args max-model-len or a larger vllm_pipeline_parallel_size (11 stages would fit)"
+    )
+
+
+def test_name_origins_replaces_whole_names_only():
+    origins = {"gpu": "vllm_capacity_gpu", "block_size": "vllm_args block-size"}
+    message = "gpu.memory_mib must be set; gpu_memory_utilization stays; num_blocks x block_size; per GPU"
+    assert name_origins(message, origins) == (
+        "vllm_capacity_gpu.memory_mib must be set; gpu_memory_utilization stays;"
+        " num_blocks x vllm_args block-size; per GPU"
+    )
+    assert name_origins(message, {}) == message

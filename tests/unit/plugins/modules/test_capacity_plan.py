@@ -74,6 +74,15 @@ def test_plan_that_does_not_fit_is_refused(capsys):
     assert result["plan"]["stages"][0]["kv_budget_bytes"] < 0
 
 
+def test_refusal_names_the_callers_variables(capsys):
+    origins = {"pipeline_parallel_size": "vllm_pipeline_parallel_size", "quantization": "vllm_capacity_quantization"}
+    args = dict(FLAGSHIP, quantization="bf16", pipeline_parallel_size=1, origins=origins)
+    result = run_module(capsys, args, expect_rc=1)
+    assert "a larger vllm_pipeline_parallel_size (10 stages would fit)" in result["msg"]
+    assert "smaller vllm_capacity_quantization" in result["msg"]
+    assert " pipeline_parallel_size" not in result["msg"]
+
+
 def test_kv_refusal_carries_the_estimated_length(capsys):
     args = dict(FLAGSHIP, max_model_len=131072, gpu_memory_utilization=0.5)
     result = run_module(capsys, args, expect_rc=1)
