@@ -112,8 +112,8 @@ options:
   origins:
     description:
       - The caller's names for these options, put into refusals instead of the option names, so that
-        a message names the variable the operator sets, for example
-        V({pipeline_parallel_size: vllm_pipeline_parallel_size, max_model_len: vllm_args.max-model-len}).
+        a message names the variable the operator sets. Keys are option names, values what the
+        caller calls them, for example C(pipeline_parallel_size) to C(vllm_pipeline_parallel_size).
     type: dict
     default: {}
 notes:
