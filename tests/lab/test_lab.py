@@ -84,13 +84,22 @@ def test_manifest_fabric_and_ssh():
     assert "ansible_connection" not in manifest["vars"]
 
 
-def test_manifest_vllm_replica_on_the_first_two_hosts():
+def test_manifest_vllm_replicas_and_the_front_door():
     manifest = lab.render_manifest(4, "vllm", VLLM_ASSETS)
-    (replica,) = manifest["serving"]["vllm"]
+    replica, solo = manifest["serving"]["vllm"]
     assert replica["nodes"] == ["lab-head", "lab-w1"]
     assert replica["vars"]["vllm_pipeline_parallel_size"] == 2
     assert replica["vars"]["vllm_model_src"] == VLLM_ASSETS["model"]
     assert replica["vars"]["vllm_wheelhouse_cache"] == "/cache/vllm-wheelhouse"
+    assert (solo["replica"], solo["nodes"], solo["vars"]["vllm_pipeline_parallel_size"]) == ("solo", ["lab-w2"], 1)
+    assert manifest["operations"] == {"frontends": ["lab-w3"], "prometheus": ["lab-w3"]}
+
+
+def test_manifest_small_labs_have_one_replica_and_no_front_door():
+    (replica,) = lab.render_manifest(2, "vllm", VLLM_ASSETS)["serving"]["vllm"]
+    assert replica["nodes"] == ["lab-head", "lab-w1"]
+    assert "operations" not in lab.render_manifest(2, "vllm", VLLM_ASSETS)
+    assert "operations" not in lab.render_manifest(10, "none", {})
 
 
 def test_manifest_llama_cluster():

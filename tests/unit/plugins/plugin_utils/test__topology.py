@@ -82,6 +82,7 @@ def test_flagship_gets_todays_addresses_ranks_and_groups():
     assert groups["vllm_replica_kimi"] == everyone
     assert groups["rack_r1"] == everyone
     assert groups["roce_nodes"] == [] and groups["llama_coordinator"] == [] and groups["llama_rpc_workers"] == []
+    assert groups["inference_frontends"] == [] and groups["prometheus_servers"] == []
     topology = plan["vars"]["gpufleet_topology"]
     assert plan["vars"]["gpufleet_topology_name"] == "cluster-80x5090"
     assert topology["racks"] == [{"name": "r1", "id": 1, "group": "rack_r1", "leaf": "leaf01", "servers": everyone}]
@@ -552,3 +553,29 @@ def test_missing_netaddr_is_named(monkeypatch):
     monkeypatch.setattr(_topology, "HAS_NETADDR", False)
     with pytest.raises(RuntimeError, match="pip install netaddr"):
         _topology.plan(manifest())
+
+
+def test_operations_hosts_become_the_front_door_and_prometheus_groups():
+    data = manifest()
+    data["operations"] = {"frontends": ["gpu10"], "prometheus": ["gpu10", "gpu09"]}
+    plan = _topology.plan(data)
+    assert plan["groups"]["inference_frontends"] == ["gpu10"]
+    assert plan["groups"]["prometheus_servers"] == ["gpu10", "gpu09"]
+    assert plan["vars"]["gpufleet_topology"]["operations"] == {"frontends": ["gpu10"], "prometheus": ["gpu10", "gpu09"]}
+
+
+@pytest.mark.parametrize(
+    "operations, path, problem",
+    [
+        ({"frontends": ["fd01"]}, "operations.frontends[0]", "is not a server of this manifest"),
+        ({"frontends": ["gpu01", "gpu01"]}, "operations.frontends[1]", "is listed twice"),
+        ({"frontend": ["gpu01"]}, "operations.frontend", "frontends"),
+        ("gpu01", "operations", ""),
+    ],
+)
+def test_operations_hosts_are_checked(operations, path, problem):
+    data = manifest()
+    data["operations"] = operations
+    with pytest.raises(_topology.TopologyError) as error:
+        _topology.plan(data)
+    assert path in str(error.value) and problem in str(error.value)
