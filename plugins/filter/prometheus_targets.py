@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The prometheus_targets filter: a thin wrapper over module_utils/_prometheus_targets.py."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: prometheus_targets
+short_description: Build the Prometheus file_sd target lists of the collection's scrape jobs
+version_added: 0.1.0
+description:
+  - Reads the inventory and returns, per scrape job of C(monitoring/prometheus/gpufleet-scrape.yml),
+    the list a C(file_sd_configs) JSON file holds, one entry per target with the labels C(node),
+    C(replica), C(rank) and C(rack) where they are known.
+  - C(gpufleet-health-agent) is every host of C(vllm_nodes), C(llama_coordinator) and
+    C(llama_rpc_workers) at C(health_agent_listen_address) (default C(ansible_host)) and
+    C(health_agent_port) (default 9105).
+  - C(gpufleet-frontdoor-haproxy) and C(gpufleet-frontdoor-controller) are every host of
+    C(inference_frontends) at C(frontdoor_stats_address):C(frontdoor_stats_port) (default
+    C(ansible_host):8404) and C(frontdoor_controller_metrics_address):C(frontdoor_controller_metrics_port)
+    (default C(ansible_host):9106). They carry C(node) and C(rack) only, because the controller's
+    samples have a C(replica) label of their own.
+  - C(vllm) is rank 0 of each vLLM replica (C(vllm_node_rank) 0) at C(vllm_api_host):C(vllm_api_port)
+    (default port 8000); the headless ranks serve no HTTP.
+  - A wildcard address (C(0.0.0.0), C(::)) becomes C(ansible_host). A vLLM node of rank 0 without
+    C(vllm_api_host), a loopback address, a bad port, or two hosts on one target fail the filter
+    with one line per problem, naming the variable, the value and the fix.
+  - The replica and rank of a serving node are those the gpufleet.inference.health_agent role reports,
+    C(health_agent_replica) and C(health_agent_rank) where the inventory sets them, else C(vllm_replica)
+    and C(vllm_node_rank) on vLLM nodes, and replica C(llama) for a llama.cpp coordinator (rank 0) and
+    its RPC workers (ranks 1.. in C(llama_rpc_workers) order).
+options:
+  _input:
+    description: C(hostvars).
+    type: dict
+    required: true
+  groups:
+    description: C(groups).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Compute the scrape targets from the inventory
+  ansible.builtin.set_fact:
+    __monitoring_targets: "{{ hostvars | gpufleet.inference.prometheus_targets(groups) }}"
+
+- name: Write one file_sd file per job
+  ansible.builtin.copy:
+    content: "{{ item.value | to_nice_json }}\n"
+    dest: /etc/prometheus/file_sd/{{ item.key }}.json
+    mode: "0644"
+  loop: "{{ __monitoring_targets | dict2items }}"
+  loop_control:
+    label: "{{ item.key }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - One key per job (C(gpufleet-health-agent), C(gpufleet-frontdoor-haproxy),
+      C(gpufleet-frontdoor-controller), C(vllm)), always present, possibly an empty list.
+    - "Each list entry is C({\"targets\": [\"address:port\"], \"labels\": {...}}) with the labels C(node),
+      C(replica), C(rank) and C(rack) where known, label values as strings."
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.inference.plugins.module_utils import _prometheus_targets
+
+
+def _read(hostvars, host):
+    variables = {}
+    problems = []
+    if host not in hostvars:
+        return variables, problems
+    host_vars = hostvars[host]
+    for name in _prometheus_targets.VARIABLES:
+        try:
+            value = host_vars.get(name)
+        except Exception as exc:  # an inventory template that does not render
+            problems.append("%s on %s cannot be templated: %s; fix it in the inventory" % (name, host, exc))
+            continue
+        variables[name] = value
+    return variables, problems
+
+
+def prometheus_targets(hostvars, groups):
+    if not isinstance(groups, dict):
+        raise AnsibleFilterError("prometheus_targets needs groups (a dict of lists), got %r" % (type(groups).__name__,))
+    groups = {name: list(members or []) for name, members in groups.items()}
+    wanted = set()
+    for group in (*_prometheus_targets.SERVING_GROUPS, _prometheus_targets.FRONTEND_GROUP):
+        wanted.update(groups.get(group, []))
+    hosts = {}
+    problems = []
+    for host in sorted(wanted):
+        hosts[host], read_problems = _read(hostvars, host)
+        problems += read_problems
+    result, target_problems = _prometheus_targets.targets(hosts, groups)
+    problems += target_problems
+    if problems:
+        raise AnsibleFilterError("\n".join(problems))
+    return result
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"prometheus_targets": prometheus_targets}
