@@ -53,8 +53,8 @@ POLICY = {
 }
 
 
-def ha(admin="ready", up=True):
-    return {"admin": admin, "up": up, "serving": up and admin == "ready"}
+def ha(admin="ready", up=True, check="L7OK"):
+    return {"admin": admin, "up": up, "serving": up and admin == "ready", "check_status": check if up else "L7TOUT"}
 
 
 def nodes(*states):
@@ -227,7 +227,8 @@ REMEDIATE = {**POLICY, "remediate_after_s": 60, "remediate_backoff_s": 900}
 
 
 def test_a_wedged_engine_is_restarted_once_it_has_failed_for_remediate_after_s():
-    view = {"a": replica(admin="drain", health=(False, True)), "b": replica()}
+    # up=False: HAProxy's deep check times out (L7TOUT) while the API process is up.
+    view = {"a": replica(admin="drain", up=False, health=(False, True)), "b": replica()}
     out, memory = run([(view, 0), (view, 59), (view, 60), (view, 61)], records={"a": auto()}, policy=REMEDIATE)
     assert out == [[], [], [("a", "remediate")], []], "once at 60 s, then not again within the backoff"
     out, _memory = run([(view, 959), (view, 960)], records={"a": auto()}, policy=REMEDIATE, memory=memory)
@@ -235,7 +236,7 @@ def test_a_wedged_engine_is_restarted_once_it_has_failed_for_remediate_after_s()
 
 
 def test_failing_time_restarts_when_the_replica_recovers_in_between():
-    bad = {"a": replica(admin="drain", health=(False,)), "b": replica()}
+    bad = {"a": replica(admin="drain", up=False, health=(False,)), "b": replica()}
     good = {"a": replica(admin="drain"), "b": replica()}
     out, _memory = run([(bad, 0), (good, 30), (bad, 31), (bad, 90), (bad, 91)], records={"a": auto()}, policy=REMEDIATE)
     assert out == [[], [], [], [], [("a", "remediate")]]
@@ -251,7 +252,7 @@ def test_failing_time_restarts_when_the_replica_recovers_in_between():
     ],
 )
 def test_no_restart_for_what_a_restart_does_not_cure(failing, healthy, why):
-    view = {"a": replica(admin="drain"), "b": replica()}
+    view = {"a": replica(admin="drain", up=False), "b": replica()}
     view["a"]["nodes"]["n0"] = {"healthy": healthy, "failing": failing, "error": None}
     out, _memory = run([(view, 0), (view, 100)], records={"a": auto()}, policy=REMEDIATE)
     assert ("a", "remediate") not in out[-1], why
@@ -261,13 +262,27 @@ def test_no_restart_for_what_a_restart_does_not_cure(failing, healthy, why):
     "record", [None, {"owner": "operator", "reason": "x", "at": 1.0}, {"owner": "restart", "reason": "x", "at": 1.0}]
 )
 def test_no_restart_of_a_replica_the_controller_did_not_drain(record):
-    view = {"a": replica(admin="drain", health=(False,)), "b": replica()}
+    view = {"a": replica(admin="drain", up=False, health=(False,)), "b": replica()}
     out, _memory = run([(view, 0), (view, 100)], records={"a": record} if record else {}, policy=REMEDIATE)
     assert out == [[], []]
 
 
-def test_remediation_off_at_zero():
+@pytest.mark.parametrize("check", ["L4CON", "L4TOUT", None])
+def test_no_restart_of_a_replica_that_is_starting(check):
+    # vLLM opens its port only once the engine is up: a refused connection is a start in progress.
     view = {"a": replica(admin="drain", health=(False,)), "b": replica()}
+    view["a"]["haproxy"]["check_status"] = check
+    out, memory = run([(view, 0), (view, 100)], records={"a": auto()}, policy=REMEDIATE)
+    assert out == [[], []]
+    wedged = {"a": replica(admin="drain", up=False, health=(False,)), "b": replica()}
+    out, _memory = run(
+        [(wedged, 101), (wedged, 160), (wedged, 161)], records={"a": auto()}, policy=REMEDIATE, memory=memory
+    )
+    assert out == [[], [("a", "remediate")], []], "the 60 s count from the last poll that was starting"
+
+
+def test_remediation_off_at_zero():
+    view = {"a": replica(admin="drain", up=False, health=(False,)), "b": replica()}
     out, _memory = run([(view, 0), (view, 10**6)], records={"a": auto()}, policy={**REMEDIATE, "remediate_after_s": 0})
     assert out == [[], []]
 

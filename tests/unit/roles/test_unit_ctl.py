@@ -110,7 +110,7 @@ def test_without_a_units_file_nothing_is_allowed(node, tmp_path):
 
 def test_a_missing_systemctl_is_an_error_not_a_traceback(node, tmp_path):
     node["systemctl"] = tmp_path / "no-systemctl"
-    proc, _ = run(node, "stop gpufleet-vllm-lab.service")
+    proc, _calls = run(node, "stop gpufleet-vllm-lab.service")
     assert proc.returncode == 1
     assert "cannot run" in proc.stderr
     assert "Traceback" not in proc.stderr
