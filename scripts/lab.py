@@ -395,6 +395,12 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
         if count >= 4:
             replicas.append({"replica": "solo", "nodes": names[2:3], "vars": vllm_vars(assets, pipeline=1)})
         manifest["serving"] = {"vllm": replicas}
+        # vLLM's CPU workers spin their OpenMP threads on every core they may use; on two cores
+        # shared by three of them a restarting replica starves (minutes to start). One core each,
+        # as molecule/vllm pins them; solo shares core 1 with the headless rank.
+        servers = {server["name"]: server for rack in racks for server in rack["servers"]}
+        for name, core in zip(names[:3], ("0", "1", "1")):
+            servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": core}}
     elif serving == "llama":
         if count < 2:
             raise SystemExit("lab: a llama.cpp RPC cluster needs --hosts 2 or more")

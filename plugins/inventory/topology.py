@@ -240,7 +240,9 @@ options:
         elements: str
         default: []
       prometheus:
-        description: Servers that run Prometheus with the collection's scrape configuration and alert rules (group C(prometheus_servers)).
+        description:
+          - Servers that run Prometheus with the collection's scrape configuration and alert
+            rules (group C(prometheus_servers)).
         type: list
         elements: str
         default: []

@@ -18,7 +18,8 @@ for unit in \
 done
 
 # Docker Engine is baked in for the container-runtime role, which enables and starts it itself.
-for unit in docker.service docker.socket containerd.service; do
+# So are HAProxy and Prometheus, for the front-door and monitoring roles.
+for unit in docker.service docker.socket containerd.service haproxy.service prometheus.service; do
     systemctl disable "${unit}" >/dev/null 2>&1 || true
 done
 

@@ -1,0 +1,487 @@
+"""Operations trials on the lab: the front door under a bounded client load while things go wrong.
+
+    make lab LAB_HOSTS=10 && .venv/bin/ansible-playbook -i inventories/lab/topology.yml playbooks/site.yml
+    .venv/bin/python benchmarks/operations.py run [--concurrency 2] [--requests 4000] [--cap 420]
+
+It needs two vLLM replicas behind the front door (the lab's `lab`, PP=2 over two hosts, and `solo`),
+the health agents and the front door's controller (playbooks/operations.yml), and Prometheus
+(playbooks/monitoring.yml): the site composition deploys all of them.
+
+Each trial runs a client load through the front door over TLS (the lab CA is the only trust
+anchor): at most --requests completions, --concurrency at a time, for at most --cap seconds, and
+stops when the trial is over. Reported per trial: requests sent, failed (any answer but 200, or no
+answer), and the times that matter:
+
+rolling:   playbooks/rolling_restart.yml restarts every replica, one at a time. Must fail 0.
+kill:      kill -9 of the `lab` replica's rank-1 vLLM worker. The replica is drained by the
+           controller within the detection window, the other replica takes the load, and the
+           replica comes back and is undrained by the controller alone.
+link:      the `solo` replica's fabric link goes down for --link-down seconds (ip link set down)
+           and comes back. Reported: the ping mesh's detection time (from the agent's own record),
+           time to drain, failed requests, and time to serving again after the link returns.
+operator:  playbooks/frontdoor_drain.yml drains `solo`; the replica is healthy, and the drain must
+           survive several controller undrain windows; then playbooks/frontdoor_undrain.yml.
+monitoring: Prometheus on the front-door host has scraped every job, and the series of the agents,
+           the controller, HAProxy and vLLM exist.
+
+A trial whose expectation fails makes the command fail (`make test` runs it). Times are reported,
+never asserted against a number, except the bounds that define a trial (the detection window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import shlex
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from _results import save
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "inventories" / "lab" / "topology.yml"
+BIN = ROOT / ".venv" / "bin"
+CA = ROOT / ".cache" / "lab-tls" / "ca.crt"
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+
+
+def log(message: str) -> None:
+    print(f"operations: {time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def inventory() -> dict:
+    proc = subprocess.run(
+        [str(BIN / "ansible-inventory"), "-i", str(MANIFEST), "--list"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # ansible-inventory writes values the plugin marks unsafe as {"__ansible_unsafe": value}.
+    return json.loads(
+        proc.stdout, object_hook=lambda obj: obj["__ansible_unsafe"] if set(obj) == {"__ansible_unsafe"} else obj
+    )
+
+
+class Lab:
+    """What the trials need to know about the lab, read from its inventory."""
+
+    def __init__(self) -> None:
+        data = inventory()
+        self.hostvars = data["_meta"]["hostvars"]
+        groups = {name: body.get("hosts", []) for name, body in data.items() if isinstance(body, dict)}
+        frontends = groups.get("inference_frontends") or []
+        if not frontends:
+            sys.exit("operations: the lab has no front door (inference_frontends); run `make lab LAB_HOSTS=10`")
+        self.front = frontends[0]
+        self.front_address = self.hostvars[self.front]["ansible_host"]
+        self.replicas = {
+            name[len("vllm_replica_") :]: hosts for name, hosts in groups.items() if name.startswith("vllm_replica_")
+        }
+        if len(self.replicas) < 2:
+            sys.exit(f"operations: the trials need two replicas behind the front door, found {sorted(self.replicas)}")
+        head = self.hostvars[self.replicas["lab"][0]]
+        self.api_key = head["vllm_api_key"]
+        self.model = head["vllm_served_model_name"]
+        self.ssh_key = head["ansible_ssh_private_key_file"]
+        self.ssh_args = head["ansible_ssh_common_args"].split()
+        self.port = int(self._group_var("frontdoor_port", 8443))
+
+    def _group_var(self, name: str, default):
+        path = MANIFEST.parent / "group_vars" / "inference_frontends.yml"
+        import yaml  # noqa: PLC0415 - from the venv
+
+        return (yaml.safe_load(path.read_text()) or {}).get(name, default) if path.exists() else default
+
+    def ssh(self, host: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        address = self.hostvars[host]["ansible_host"]
+        cmd = ["ssh", "-i", self.ssh_key, *self.ssh_args, "-o", "BatchMode=yes", f"root@{address}", *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=120)
+
+    def status(self) -> dict:
+        """The front door's view (gpufleet-frontdoor status on the front-door host)."""
+        proc = self.ssh(self.front, "/usr/bin/python3", "/usr/local/libexec/gpufleet-frontdoor", "status", check=False)
+        try:
+            return json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            return {"error": (proc.stdout + proc.stderr)[-500:]}
+
+    def agent(self, host: str) -> dict:
+        hv = self.hostvars[host]
+        url = f"http://{hv.get('health_agent_listen_address', hv['ansible_host'])}:9105/health"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            return json.load(error)
+        except OSError as error:
+            return {"error": str(error)}
+
+    def playbook(self, name: str, *extra: str) -> float:
+        argv = [str(BIN / "ansible-playbook"), "-i", str(MANIFEST), str(ROOT / "playbooks" / name), *extra]
+        log(" ".join(argv[1:]))
+        start = time.monotonic()
+        proc = subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.stdout.write(proc.stdout[-6000:] + proc.stderr[-2000:])
+            raise TrialError(f"{name} failed (rc={proc.returncode})")
+        return round(time.monotonic() - start, 1)
+
+
+def replica_view(status: dict, name: str) -> dict:
+    for replica in status.get("replicas", []):
+        if replica.get("name") == name:
+            return replica
+    return {}
+
+
+def serving(view: dict) -> bool:
+    """Admin state ready and the deep check passing (gpufleet-frontdoor status: haproxy.serving)."""
+    return bool((view.get("haproxy") or {}).get("serving"))
+
+
+def drained(view: dict) -> bool:
+    return (view.get("haproxy") or {}).get("admin") in ("drain", "maint")
+
+
+def drained_view(lab: Lab, name: str) -> dict | None:
+    view = replica_view(lab.status(), name)
+    return view if drained(view) else None
+
+
+def owner(view: dict):
+    """Who holds the drain: operator, auto or restart (gpufleet-frontdoor's record), or None."""
+    return (view.get("record") or {}).get("owner")
+
+
+class TrialError(Exception):
+    pass
+
+
+class Load:
+    """A bounded client load through the front door: at most `requests`, `concurrency` at a time, `cap` seconds.
+
+    Each client pauses `pause` seconds between its requests: the lab's replicas share two cores
+    with the client, HAProxy and each other, and a saturating load would only measure how slowly
+    a restarting replica starts on a starved CPU.
+    """
+
+    def __init__(self, lab: Lab, args) -> None:
+        self.lab, self.limit, self.concurrency, self.cap = lab, args.requests, args.concurrency, args.cap
+        self.pause = args.pause
+        self.context = ssl.create_default_context(cafile=str(CA))
+        self.lock = threading.Lock()
+        self.sent = self.failed = 0
+        self.failures: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.body = json.dumps({"model": lab.model, "prompt": "The capital of France is", "max_tokens": 4})
+        self.threads = [threading.Thread(target=self.worker, daemon=True) for _index in range(self.concurrency)]
+
+    def __enter__(self) -> Load:
+        self.start = time.monotonic()
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=max(5.0, self.cap))
+        self.wall = round(time.monotonic() - self.start, 1)
+
+    def take(self) -> bool:
+        with self.lock:
+            if self.stop.is_set() or self.sent >= self.limit or time.monotonic() - self.start > self.cap:
+                return False
+            self.sent += 1
+            return True
+
+    def worker(self) -> None:
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.lab.api_key}"}
+        while self.take():
+            problem = None
+            try:
+                conn = http.client.HTTPSConnection(
+                    self.lab.front_address, self.lab.port, context=self.context, timeout=120
+                )
+                conn.request("POST", "/v1/completions", body=self.body, headers=headers)
+                response = conn.getresponse()
+                payload = response.read()
+                conn.close()
+                if response.status != 200:
+                    problem = f"HTTP {response.status}"
+                elif not json.loads(payload).get("choices"):
+                    problem = "no choices"
+            except (OSError, http.client.HTTPException, ValueError) as error:
+                problem = type(error).__name__
+            if problem:
+                with self.lock:
+                    self.failed += 1
+                    self.failures[problem] = self.failures.get(problem, 0) + 1
+            self.stop.wait(self.pause)
+
+    def figures(self) -> dict:
+        return {
+            "requests_sent": self.sent,
+            "requests_failed": self.failed,
+            "failures": self.failures,
+            "concurrency": self.concurrency,
+            "pause_s": self.pause,
+            "load_s": getattr(self, "wall", None),
+        }
+
+
+def wait_for(what: str, predicate, timeout: float, interval: float = 0.5):
+    """Poll predicate() until it returns a truthy value; return (value, seconds waited)."""
+    start = time.monotonic()
+    while True:
+        value = predicate()
+        if value:
+            return value, round(time.monotonic() - start, 1)
+        if time.monotonic() - start > timeout:
+            raise TrialError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def all_serving(lab: Lab, timeout: float = 600) -> None:
+    def check():
+        status = lab.status()
+        return all(serving(replica_view(status, name)) for name in lab.replicas)
+
+    _value, waited = wait_for("every replica serving behind the front door", check, timeout, 2)
+    log(f"every replica serving (waited {waited} s)")
+
+
+def trial_rolling(lab: Lab, args) -> dict:
+    with Load(lab, args) as load:
+        time.sleep(3)
+        restart_s = lab.playbook("rolling_restart.yml")
+        time.sleep(3)
+    result = {"trial": "planned rolling restart (playbooks/rolling_restart.yml)", "restart_s": restart_s}
+    result.update(load.figures())
+    history = lab.status()
+    result["replicas_restarted"] = {
+        name: (replica_view(history, name).get("restart") or {}).get("last_duration_s") for name in lab.replicas
+    }
+    result["ok"] = load.failed == 0 and load.sent > 0
+    return result
+
+
+def trial_kill(lab: Lab, args) -> dict:
+    node = lab.replicas["lab"][1]
+    window = args.detection_window
+    with Load(lab, args) as load:
+        time.sleep(3)
+        t0 = time.monotonic()
+        lab.ssh(node, "pkill", "-KILL", "-f", "VLLM::Worker")
+        log(f"kill -9 of the rank-1 worker on {node}")
+        view, _waited = wait_for(
+            "the lab replica drained",
+            lambda: drained_view(lab, "lab"),
+            window + 30,
+            0.5,
+        )
+        drained_s = round(time.monotonic() - t0, 1)
+        drain_owner = owner(view)
+        wait_for(
+            "the lab replica back and undrained by the controller",
+            lambda: serving(replica_view(lab.status(), "lab")),
+            args.recovery_timeout,
+            2,
+        )
+        recovered_s = round(time.monotonic() - t0, 1)
+        time.sleep(3)
+    result = {
+        "trial": f"kill -9 of the lab replica's rank-1 vLLM worker ({node})",
+        "detection_window_s": window,
+        "drained_after_s": drained_s,
+        "drain_owner": drain_owner,
+        "serving_again_after_s": recovered_s,
+    }
+    result.update(load.figures())
+    result["ok"] = drained_s <= window and drain_owner == "auto"
+    return result
+
+
+def trial_link(lab: Lab, args) -> dict:
+    node = lab.replicas["solo"][0]
+    interface = lab.hostvars[node]["gpufleet_fabric_interface"]
+    with Load(lab, args) as load:
+        time.sleep(3)
+        down_at = time.time()
+        t0 = time.monotonic()
+        lab.ssh(node, "ip", "link", "set", interface, "down")
+        log(f"{node}: {interface} down for {args.link_down} s")
+        detected = None
+        drained_s = None
+        while time.monotonic() - t0 < args.link_down:
+            health = lab.agent(node)
+            ping = (health.get("checks") or {}).get("ping") or {}
+            if detected is None and ping.get("state") == "failing":
+                detected = round(float(ping.get("since", time.time())) - down_at, 2)
+                log(f"ping mesh: failing after {detected} s ({ping.get('reason')})")
+            if drained_s is None and drained(replica_view(lab.status(), "solo")):
+                drained_s = round(time.monotonic() - t0, 1)
+                log(f"solo drained after {drained_s} s")
+            time.sleep(0.2)
+        lab.ssh(node, "ip", "link", "set", interface, "up")
+        up_at = time.monotonic()
+        log(f"{node}: {interface} up")
+        wait_for("solo serving again", lambda: serving(replica_view(lab.status(), "solo")), args.recovery_timeout, 1)
+        recovered_s = round(time.monotonic() - up_at, 1)
+        time.sleep(3)
+    result = {
+        "trial": f"fabric link of the solo replica ({node} {interface}) down for {args.link_down} s",
+        "link_down_s": args.link_down,
+        "ping_detection_s": detected,
+        "drained_after_s": drained_s,
+        "serving_again_after_link_up_s": recovered_s,
+    }
+    result.update(load.figures())
+    result["ok"] = detected is not None and drained_s is not None
+    return result
+
+
+def trial_operator(lab: Lab, args) -> dict:
+    hold = args.operator_hold
+    with Load(lab, args) as load:
+        time.sleep(3)
+        lab.playbook("frontdoor_drain.yml", "-e", "replica=solo", "-e", "reason=operations trial: operator drain")
+        start = time.monotonic()
+        undone = None
+        while time.monotonic() - start < hold:
+            view = replica_view(lab.status(), "solo")
+            if not drained(view) or owner(view) != "operator":
+                undone = view
+                break
+            time.sleep(1)
+        lab.playbook("frontdoor_undrain.yml", "-e", "replica=solo")
+        _value, back_s = wait_for(
+            "solo serving after the undrain", lambda: serving(replica_view(lab.status(), "solo")), 120, 1
+        )
+        time.sleep(3)
+    result = {
+        "trial": "an operator's drain of solo (playbooks/frontdoor_drain.yml) held against the controller",
+        "held_s": hold,
+        "drain_undone_by_automation": undone is not None,
+        "serving_after_undrain_s": back_s,
+    }
+    result.update(load.figures())
+    result["ok"] = undone is None and load.failed == 0
+    return result
+
+
+def prometheus_query(lab: Lab, query: str) -> list:
+    url = f"http://{lab.front_address}:9090/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)["data"]["result"]
+
+
+SERIES = (
+    "gpufleet_health_healthy",
+    "gpufleet_health_check_ok",
+    "gpufleet_health_ping_peer_up",
+    "gpufleet_frontdoor_replica_serving",
+    "gpufleet_frontdoor_actions_total",
+    "haproxy_backend_active_servers",
+    "haproxy_server_status",
+    "vllm:num_requests_running",
+)
+
+
+def promtool_tests(lab: Lab) -> str:
+    """The shipped alert rules' unit tests, run by the front-door host's own promtool (Debian's)."""
+    rules = ROOT / "monitoring" / "prometheus"
+    script = (
+        "set -e; d=$(mktemp -d); trap 'rm -rf $d' EXIT; "
+        "printf '%s' \"$1\" | base64 -d > $d/gpufleet-alerts.yml; "
+        "printf '%s' \"$2\" | base64 -d > $d/gpufleet-alerts.test.yml; "
+        "cd $d && promtool test rules gpufleet-alerts.test.yml"
+    )
+    encoded = [
+        base64.b64encode((rules / name).read_bytes()).decode()
+        for name in ("gpufleet-alerts.yml", "gpufleet-alerts.test.yml")
+    ]
+    proc = lab.ssh(lab.front, "sh", "-c", shlex.quote(script), "promtool-tests", *encoded, check=False)
+    if proc.returncode != 0:
+        raise TrialError(f"promtool test rules failed: {(proc.stdout + proc.stderr)[-1500:]}")
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "SUCCESS"
+
+
+def trial_monitoring(lab: Lab, _args) -> dict:
+    promtool = promtool_tests(lab)
+    down = prometheus_query(lab, "up == 0")
+    jobs = sorted({sample["metric"]["job"] for sample in prometheus_query(lab, "up == 1")})
+    missing = [name for name in SERIES if not prometheus_query(lab, f'count({{__name__="{name}"}})')]
+    rules = prometheus_query(lab, "ALERTS")
+    result = {
+        "trial": "Prometheus (Debian) on the front-door host scrapes the lab",
+        "jobs_up": jobs,
+        "targets_down": [sample["metric"] for sample in down],
+        "series_checked": list(SERIES),
+        "series_missing": missing,
+        "alerts_now": sorted({f"{s['metric'].get('alertname')} ({s['metric'].get('alertstate')})" for s in rules}),
+        "promtool_test_rules": promtool,
+    }
+    result["ok"] = not missing and not down and len(jobs) >= 4
+    return result
+
+
+TRIALS = {
+    "rolling": trial_rolling,
+    "kill": trial_kill,
+    "link": trial_link,
+    "operator": trial_operator,
+    "monitoring": trial_monitoring,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["run"])
+    parser.add_argument("--trials", nargs="+", choices=list(TRIALS), default=list(TRIALS))
+    parser.add_argument("--requests", type=int, default=4000, help="at most this many requests per trial")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds each client waits between its requests")
+    parser.add_argument("--cap", type=float, default=480, help="seconds a trial's load runs at most")
+    parser.add_argument("--link-down", type=float, default=20)
+    parser.add_argument("--operator-hold", type=float, default=30, help="seconds the operator's drain must hold")
+    parser.add_argument(
+        "--detection-window", type=float, default=30, help="seconds within which a killed replica must be drained"
+    )
+    parser.add_argument("--recovery-timeout", type=float, default=420)
+    args = parser.parse_args()
+    if not MANIFEST.exists():
+        sys.exit("operations: no lab manifest; run `make lab LAB_HOSTS=10` first")
+    lab = Lab()
+    results = []
+    for name in args.trials:
+        log(f"trial {name}")
+        try:
+            if name != "monitoring":
+                all_serving(lab)
+            result = TRIALS[name](lab, args)
+        except TrialError as error:
+            result = {"trial": name, "ok": False, "error": str(error)}
+        log(json.dumps(result))
+        results.append(result)
+    save("operations", {"benchmark": "operations", "frontdoor": lab.front, "replicas": lab.replicas, "trials": results})
+    failed = [r["trial"] for r in results if not r.get("ok")]
+    if failed:
+        print(f"operations: failed trials: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
