@@ -1,9 +1,11 @@
 """Operations trials on the lab: the front door under a bounded client load while things go wrong.
 
-    make lab LAB_HOSTS=10 && .venv/bin/ansible-playbook -i inventories/lab/topology.yml playbooks/site.yml
+    .venv/bin/python scripts/lab.py up --hosts 10 --serving vllm-ops
+    .venv/bin/ansible-playbook -i inventories/lab/topology.yml playbooks/site.yml
     .venv/bin/python benchmarks/operations.py run [--concurrency 2] [--requests 4000] [--cap 420]
 
-It needs two vLLM replicas behind the front door (the lab's `lab`, PP=2 over two hosts, and `solo`),
+It needs two vLLM replicas behind the front door (`lab` and `solo`: one node each with
+--serving vllm-ops, the lab stage's layout; --serving vllm makes `lab` PP=2 over two hosts),
 the health agents and the front door's controller (playbooks/operations.yml), and Prometheus
 (playbooks/monitoring.yml): the site composition deploys all of them.
 
@@ -13,7 +15,7 @@ stops when the trial is over. Reported per trial: requests sent, failed (any ans
 answer), and the times that matter:
 
 rolling:   playbooks/rolling_restart.yml restarts every replica, one at a time. Must fail 0.
-kill:      kill -9 of the `lab` replica's rank-1 vLLM worker. The replica is drained by the
+kill:      kill -9 of the `lab` replica's vLLM worker on its last node. The replica is drained by the
            controller within the detection window, the other replica takes the load, and the
            replica comes back and is undrained by the controller alone.
 link:      the `solo` replica's fabric link goes down for --link-down seconds (ip link set down)
@@ -278,13 +280,13 @@ def trial_rolling(lab: Lab, args) -> dict:
 
 
 def trial_kill(lab: Lab, args) -> dict:
-    node = lab.replicas["lab"][1]
+    node = lab.replicas["lab"][-1]  # the last rank: a headless node of a PP replica
     window = args.detection_window
     with Load(lab, args) as load:
         time.sleep(3)
         t0 = time.monotonic()
         lab.ssh(node, "pkill", "-KILL", "-f", "VLLM::Worker")
-        log(f"kill -9 of the rank-1 worker on {node}")
+        log(f"kill -9 of the vLLM worker on {node}")
         view, _waited = wait_for(
             "the lab replica drained",
             lambda: drained_view(lab, "lab"),
@@ -302,7 +304,7 @@ def trial_kill(lab: Lab, args) -> dict:
         recovered_s = round(time.monotonic() - t0, 1)
         time.sleep(3)
     result = {
-        "trial": f"kill -9 of the lab replica's rank-1 vLLM worker ({node})",
+        "trial": f"kill -9 of the lab replica's vLLM worker on its last node ({node})",
         "detection_window_s": window,
         "drained_after_s": drained_s,
         "drain_owner": drain_owner,

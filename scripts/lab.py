@@ -347,7 +347,8 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
     Two racks (leafs) under one spine; hosts fill rack 1 first, five per rack, so the addresses
     come from the manifest's allocation rule (rack id and slot), as on a real cluster. serving is
     vllm (a PP=2 replica on the first two hosts and, from four hosts on, a one-node replica on the
-    third), llama (a coordinator and its RPC workers) or none. From three hosts on, the last host
+    third), vllm-ops (two one-node replicas, for the operations trials), llama (a coordinator and its
+    RPC workers) or none. From three hosts on, the last host
     is the front door and the Prometheus server (playbooks/operations.yml, monitoring.yml).
     """
     names = host_names(count)
@@ -388,7 +389,22 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
             "fabric_network_revert_seconds": 240,
         },
     }
-    if serving == "vllm":
+    if serving == "vllm-ops":
+        if count < 3:
+            raise SystemExit("lab: two one-node replicas and a front door need --hosts 3 or more")
+        # The operations trials (benchmarks/operations.py): two one-node replicas, each pinned to
+        # its own core. vLLM's CPU workers spin on every core they may use, and a PP=2 replica
+        # restarting beside a loaded one starved for minutes on the lab's two cores.
+        manifest["serving"] = {
+            "vllm": [
+                {"replica": "lab", "nodes": names[:1], "vars": vllm_vars(assets, pipeline=1)},
+                {"replica": "solo", "nodes": names[1:2], "vars": vllm_vars(assets, pipeline=1)},
+            ]
+        }
+        servers = {server["name"]: server for rack in racks for server in rack["servers"]}
+        for name, core in zip(names[:2], ("0", "1")):
+            servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": core}}
+    elif serving == "vllm":
         if count < 2:
             raise SystemExit("lab: a vLLM PP=2 replica needs --hosts 2 or more")
         replicas = [{"replica": "lab", "nodes": names[:2], "vars": vllm_vars(assets)}]
@@ -475,7 +491,7 @@ def up(count: int, serving: str) -> None:
     ensure_network(MGMT_NETWORK, MGMT_SUBNET, 1500)
     ensure_network(NETWORK, SUBNET, MTU)
     assets: dict[str, str] = {}
-    if serving == "vllm":
+    if serving in ("vllm", "vllm-ops"):
         assets = helper_json("vllm_assets.py")
     elif serving == "llama":
         assets = helper_json("llama_assets.py")
@@ -639,7 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("image")
     p_up = sub.add_parser("up")
     p_up.add_argument("--hosts", type=int, default=int(os.environ.get("LAB_HOSTS", "3")))
-    p_up.add_argument("--serving", choices=("vllm", "llama", "none"), default=os.environ.get("LAB_SERVING", "vllm"))
+    p_up.add_argument(
+        "--serving", choices=("vllm", "vllm-ops", "llama", "none"), default=os.environ.get("LAB_SERVING", "vllm")
+    )
     sub.add_parser("status")
     p_down = sub.add_parser("down")
     p_down.add_argument("--purge", action="store_true")

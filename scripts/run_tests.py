@@ -99,13 +99,13 @@ STAGES: dict[str, list] = {
     "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab", "tests/packaging"]],
     "molecule": [["molecule", "test", "--all"]],
     # The flagship composition end to end on a 10-host lab built from a topology manifest and
-    # reached over SSH: plan, fabric at MTU 9000, NCCL, two vLLM replicas (PP=2 and one node), the
+    # reached over SSH: plan, fabric at MTU 9000, NCCL, two one-node vLLM replicas, the
     # front door and monitoring, all-pairs acceptance, then the idempotent second run
     # (benchmarks/site.py run fails unless it changed nothing).
     "lab": [
         # The checkout resolves its own FQCNs through ansible.cfg, no installed copy needed.
         [str(VENV_BIN / "ansible"), "localhost", "-m", "gpufleet.inference.nccl_info"],
-        lab("up", "--hosts", "10", "--serving", "vllm"),
+        lab("up", "--hosts", "10", "--serving", "vllm-ops"),
         [str(VENV_BIN / "ansible"), "-i", "inventories/lab", "all", "-m", "ansible.builtin.ping"],
         [str(VENV_BIN / "ansible-inventory"), "-i", "inventories/lab", "--graph"],
         [str(VENV_BIN / "python"), str(REPO / "benchmarks" / "site.py"), "run"],
