@@ -59,7 +59,7 @@ sanity: setup ## ansible-test sanity from a copy under ansible_collections/
 units: setup ## ansible-test units
 	$(PY) scripts/run_tests.py units
 
-pytest: setup ## pytest unit and lab tests
+pytest: setup ## pytest lab and packaging tests (tests/unit runs under `make units`)
 	$(PY) scripts/run_tests.py pytest
 
 molecule: setup lab-image ## every molecule scenario

@@ -448,6 +448,30 @@ TRIALS = {
 }
 
 
+def journal(lab: Lab, host: str, unit: str, lines: int = 30) -> list[str]:
+    proc = lab.ssh(host, "journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "short-monotonic", check=False)
+    return (proc.stdout or proc.stderr).splitlines()[-lines:]
+
+
+def diagnose(lab: Lab) -> dict:
+    """What the front door, its controller and the replicas' units say now, for a failed trial's record."""
+    found: dict = {"status": lab.status(), "controller": journal(lab, lab.front, "gpufleet-frontdoor-controller")}
+    for name, hosts in lab.replicas.items():
+        for host in hosts:
+            found[f"{host} gpufleet-vllm-{name}"] = journal(lab, host, f"gpufleet-vllm-{name}", 20)
+    return found
+
+
+def summary_line(result: dict) -> str:
+    """One line per trial for the end of the output, where CI's tail shows it."""
+    keys = [k for k in result if k not in ("trial", "ok", "diagnosis", "failures")]
+    figures = ", ".join(f"{k}={result[k]}" for k in keys if not isinstance(result[k], (dict, list)))
+    failures = result.get("failures") or {}
+    return f"{'ok    ' if result.get('ok') else 'FAILED'} {result['trial']}: {figures}" + (
+        f", failures={failures}" if failures else ""
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run"])
@@ -475,9 +499,13 @@ def main() -> int:
             result = TRIALS[name](lab, args)
         except TrialError as error:
             result = {"trial": name, "ok": False, "error": str(error)}
-        log(json.dumps(result))
+        if not result.get("ok"):
+            result["diagnosis"] = diagnose(lab)
+            log(f"trial {name} failed; the front door and the units now:\n{json.dumps(result['diagnosis'], indent=1)}")
+        log(json.dumps({k: v for k, v in result.items() if k != "diagnosis"}))
         results.append(result)
     save("operations", {"benchmark": "operations", "frontdoor": lab.front, "replicas": lab.replicas, "trials": results})
+    print("\n".join(summary_line(result) for result in results), flush=True)
     failed = [r["trial"] for r in results if not r.get("ok")]
     if failed:
         print(f"operations: failed trials: {failed}", file=sys.stderr)

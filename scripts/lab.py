@@ -389,6 +389,12 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
             "fabric_validate_report_dir": str(REPORT_DIR),
             # 30 s plus 20 s per jumbo-checked peer (fabric_network): nine peers in the last batch.
             "fabric_network_revert_seconds": 240,
+            # vLLM's CPU workers busy-poll for a second after each request they read, so the
+            # default probes (the agent's completion and HAProxy's every 2 s) kept both lab cores
+            # spinning with no client at all. The lab probes the API every 2 s and completes
+            # every 20 s (agent) and 10 s (HAProxy; fastinter and downinter keep transitions quick).
+            "health_agent_engine_deep_every": 10,
+            "frontdoor_check_inter": "10s",
         },
     }
     if serving == "vllm-ops":

@@ -96,8 +96,11 @@ STAGES: dict[str, list] = {
     "changelog-lint": [["antsibull-changelog", "lint"]],
     "sanity": [lambda: ansible_test("sanity", "--requirements")],
     "units": [lambda: ansible_test("units", "--requirements")],
-    "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab", "tests/packaging"]],
-    "molecule": [["molecule", "test", "--all"]],
+    # tests/unit runs once, under ansible-test units (the same pytest files, in the collection
+    # layout); plain pytest runs only what ansible-test does not collect.
+    "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/lab", "tests/packaging"]],
+    # One `molecule test -s NAME` per scenario (what --all runs), so the summary shows each one's time.
+    "molecule": [["molecule", "test", "-s", path.parent.name] for path in sorted(REPO.glob("molecule/*/molecule.yml"))],
     # The flagship composition end to end on a 10-host lab built from a topology manifest and
     # reached over SSH: plan, fabric at MTU 9000, NCCL, two one-node vLLM replicas, the
     # front door and monitoring, all-pairs acceptance, then the idempotent second run
@@ -119,19 +122,37 @@ STAGES: dict[str, list] = {
 PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|warnings?)")
 
 
+def step_label(argv: list[str]) -> str:
+    """A short name for a step in the summary: the scenario of a molecule run, else the script or command."""
+    if argv[:3] == ["molecule", "test", "-s"]:
+        return argv[3]
+    script = next((a for a in argv[1:] if a.endswith(".py")), None)
+    if script is None:
+        return Path(argv[0]).name
+    rest = argv[argv.index(script) + 1 :]
+    return f"{Path(script).stem} {rest[0]}" if rest else Path(script).stem
+
+
 def run_stage(name: str) -> tuple[bool, str]:
     counts: list[str] = []
+    timings: list[str] = []
     for step in STAGES[name]:
         argv, cwd = step() if callable(step) else (step, REPO)
         print(f"\n----- {name}: {' '.join(argv)}", flush=True)
+        t0 = time.monotonic()
         proc = subprocess.Popen(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
             sys.stdout.write(line)
-            if PYTEST_COUNTS.search(line) and ("passed" in line or "failed" in line):
+            if name != "molecule" and PYTEST_COUNTS.search(line) and ("passed" in line or "failed" in line):
                 counts.append(line.strip().strip("= "))
         sys.stdout.flush()
-        if proc.wait() != 0:
-            return False, f"exit {proc.returncode}: {' '.join(argv)}"
+        code = proc.wait()
+        timings.append(f"{step_label(argv)} {time.monotonic() - t0:.0f}s")
+        print(f"----- {name}: {timings[-1]} (exit {code})", flush=True)
+        if code != 0:
+            return False, f"exit {code}: {' '.join(argv)}; " + ", ".join(timings)
+    if len(STAGES[name]) > 1 and name in ("molecule", "lab"):
+        counts.append(", ".join(timings))
     return True, "; ".join(counts)
 
 

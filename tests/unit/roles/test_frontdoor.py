@@ -4,8 +4,6 @@
 and the CLI, controller and planned restart against a fake HAProxy, fake agents, vLLM and ssh."""
 
 import copy
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -23,9 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
 
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "roles" / "frontdoor" / "files" / "gpufleet-frontdoor"
+SCRIPT = role_script("frontdoor", "gpufleet-frontdoor")
 MODULE_UTILS = REPO / "plugins" / "module_utils"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "frontdoor"
 
@@ -34,11 +33,7 @@ def load_frontdoor():
     # Installed, the role copies _vllm_metrics.py beside the program; here it comes from plugins/.
     if str(MODULE_UTILS) not in sys.path:
         sys.path.insert(0, str(MODULE_UTILS))
-    loader = importlib.machinery.SourceFileLoader("gpufleet_frontdoor", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_role_script("frontdoor", "gpufleet-frontdoor")
 
 
 fd = load_frontdoor()

@@ -3,8 +3,6 @@
 """Unit tests for roles/health_agent/files/gpufleet-health-agent: policy tables, parsers, ICMP, the daemon."""
 
 import copy
-import importlib.machinery
-import importlib.util
 import io
 import json
 import re
@@ -22,9 +20,10 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "roles" / "health_agent" / "files" / "gpufleet-health-agent"
+SCRIPT = role_script("health_agent", "gpufleet-health-agent")
 MODULE_UTILS = ROOT / "plugins" / "module_utils"
 FIXTURES = Path(__file__).parent / "fixtures" / "health_agent"
 SMI = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia-smi"
@@ -32,11 +31,7 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def load_agent():
-    loader = importlib.machinery.SourceFileLoader("gpufleet_health_agent", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_role_script("health_agent", "gpufleet-health-agent")
 
 
 agent = load_agent()
@@ -463,10 +458,17 @@ class FakeEngine:
 
     def __init__(self):
         self.status, self.body, self.delay = 200, b'{"choices": [{"text": "ok"}]}', 0.0
+        self.health_status = 200
         self.requests = []
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                engine.requests.append((self.path, dict(self.headers), None))
+                self.send_response(engine.health_status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
                 engine.requests.append((self.path, dict(self.headers), json.loads(self.rfile.read(length))))
@@ -534,6 +536,46 @@ def test_probe_engine_failures(engine, tmp_path):
     assert not good and "refused" in reason.lower()
 
 
+def test_probe_api_reads_health(engine):
+    good, reason, _seconds = agent.probe_api(engine.url, 5)
+    assert good and reason.startswith("/health answered (")
+    assert engine.requests[0][0] == "/health"
+    engine.health_status = 503
+    assert agent.probe_api(engine.url, 5)[:2] == (False, "/health: HTTP 503: ")
+
+
+def engine_kinds(engine):
+    """The probes the fake engine received, in order: 'deep' (a completion) or 'api' (/health)."""
+    return ["deep" if path == "/v1/completions" else "api" for path, _headers, _body in engine.requests]
+
+
+def test_deep_every_spaces_the_completions_between_health_probes(engine):
+    instance, _stream = make_agent({"engine": {"url": engine.url, "deep_every": 3}})
+    for _probe in range(7):
+        assert instance.check_engine()[0]
+    assert engine_kinds(engine) == ["deep", "api", "api", "deep", "api", "api", "deep"]
+
+
+def test_after_a_failed_completion_every_probe_is_a_completion_until_one_passes(engine):
+    # A wedged engine: /health answers 200, the completion does not. The cheap probes must not
+    # interleave good results that would reset the check's fall count.
+    instance, _stream = make_agent({"engine": {"url": engine.url, "deep_every": 4, "fall": 2}})
+    engine.status, engine.body = 500, b"wedged"
+    results = [instance.check_engine()[0] for _probe in range(3)]
+    assert results == [False, False, False]
+    assert engine_kinds(engine) == ["deep", "deep", "deep"]
+    engine.status, engine.body = 200, b'{"choices": [{"text": "ok"}]}'
+    assert [instance.check_engine()[0] for _probe in range(3)] == [True, True, True]
+    assert engine_kinds(engine) == ["deep"] * 4 + ["api", "api"]
+
+
+def test_deep_every_one_makes_every_probe_a_completion(engine):
+    instance, _stream = make_agent({"engine": {"url": engine.url}})
+    for _probe in range(3):
+        instance.check_engine()
+    assert engine_kinds(engine) == ["deep"] * 3
+
+
 # Configuration ------------------------------------------------------------------------------
 
 
@@ -567,6 +609,10 @@ def test_config_defaults():
             "checks.gpu.expected_count must be null or an integer >= 0, found '8'",
         ),
         ({"checks": {"engine": {"url": "127.0.0.1:8000"}}}, "checks.engine.url must be the engine's base URL"),
+        (
+            {"checks": {"engine": {"url": "http://h:1", "deep_every": 0}}},
+            "checks.engine.deep_every must be an integer >= 1",
+        ),
         ({"checks": {"journal": {"unit": ""}}}, "checks.journal.unit must name the serving unit, found ''"),
         ({"checks": {"journal": {"unit": "u", "patterns": ["("]}}}, "checks.journal.patterns: '(' is not a regular"),
         ({"checks": {"ping": {"timeout_ms": 150}}}, "checks.ping.timeout_ms must be an integer 1..interval_ms (100)"),

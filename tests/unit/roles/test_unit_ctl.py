@@ -2,22 +2,16 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for roles/frontdoor/files/gpufleet-unit-ctl, the forced command of the restart key."""
 
-import importlib.machinery
-import importlib.util
 import stat
-from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "frontdoor" / "files" / "gpufleet-unit-ctl"
+SCRIPT = role_script("frontdoor", "gpufleet-unit-ctl")
 
 
 def load_unit_ctl():
-    loader = importlib.machinery.SourceFileLoader("gpufleet_unit_ctl", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_role_script("frontdoor", "gpufleet-unit-ctl")
 
 
 unit_ctl = load_unit_ctl()

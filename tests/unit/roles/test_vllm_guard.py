@@ -3,8 +3,6 @@
 """Unit tests for roles/vllm/files/gpufleet-vllm-guard: its decision table, a simulated replica, and the daemon."""
 
 import copy
-import importlib.machinery
-import importlib.util
 import json
 import signal
 import socket
@@ -15,19 +13,15 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files" / "gpufleet-vllm-guard"
+SCRIPT = role_script("vllm", "gpufleet-vllm-guard")
 
 
 def load_guard():
-    loader = importlib.machinery.SourceFileLoader("gpufleet_vllm_guard", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_role_script("vllm", "gpufleet-vllm-guard")
 
 
 guard = load_guard()
