@@ -400,9 +400,11 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
     if serving == "vllm-ops":
         if count < 3:
             raise SystemExit("lab: two one-node replicas and a front door need --hosts 3 or more")
-        # The operations trials (benchmarks/operations.py): two one-node replicas, each pinned to
-        # its own core. vLLM's CPU workers spin on every core they may use, and a PP=2 replica
-        # restarting beside a loaded one starved for minutes on the lab's two cores.
+        # The operations trials (benchmarks/operations.py): two one-node replicas, one OpenMP
+        # thread each and no binding. Pinned to a core each (VLLM_CPU_OMP_THREADS_BIND 0 and 1),
+        # a restarting replica's new EngineCore process came up pinned to the other replica's
+        # core and got 0.2 s of CPU in 4 minutes beside that replica's loaded, busy-polling
+        # worker (docs/operations.md); unpinned, the kernel balances the two.
         manifest["serving"] = {
             "vllm": [
                 {"replica": "lab", "nodes": names[:1], "vars": vllm_vars(assets, pipeline=1)},
@@ -410,8 +412,8 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
             ]
         }
         servers = {server["name"]: server for rack in racks for server in rack["servers"]}
-        for name, core in zip(names[:2], ("0", "1")):
-            servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": core}}
+        for name in names[:2]:
+            servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}
     elif serving == "vllm":
         if count < 2:
             raise SystemExit("lab: a vLLM PP=2 replica needs --hosts 2 or more")

@@ -155,7 +155,7 @@ def test_recipe_packages_of_the_real_recipe():
     assert all(package and not package.startswith("#") for package in packages)
 
 
-def test_manifest_for_the_operations_trials_is_two_pinned_one_node_replicas():
+def test_manifest_for_the_operations_trials_is_two_unpinned_one_node_replicas():
     manifest = lab.render_manifest(10, "vllm-ops", VLLM_ASSETS)
     first, second = manifest["serving"]["vllm"]
     assert (first["replica"], first["nodes"], second["replica"], second["nodes"]) == (
@@ -165,8 +165,9 @@ def test_manifest_for_the_operations_trials_is_two_pinned_one_node_replicas():
         ["lab-w1"],
     )
     assert first["vars"]["vllm_pipeline_parallel_size"] == second["vars"]["vllm_pipeline_parallel_size"] == 1
-    cores = [s.get("vars", {}).get("vllm_env", {}).get("VLLM_CPU_OMP_THREADS_BIND") for s in servers(manifest)[:3]]
-    assert cores == ["0", "1", None]
+    envs = [s.get("vars", {}).get("vllm_env") for s in servers(manifest)[:3]]
+    unpinned = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+    assert envs == [unpinned, unpinned, None]
     assert manifest["operations"] == {"frontends": ["lab-w9"], "prometheus": ["lab-w9"]}
     with pytest.raises(SystemExit, match="--hosts 3"):
         lab.render_manifest(2, "vllm-ops", VLLM_ASSETS)
