@@ -30,11 +30,7 @@ SMI = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidi
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def load_agent():
-    return load_role_script("health_agent", "gpufleet-health-agent")
-
-
-agent = load_agent()
+agent = load_role_script("health_agent", "gpufleet-health-agent")
 # The collection's parser, loaded from plugins/module_utils the way the agent loads its installed copy.
 _gpu = agent.load_gpu_parser([str(MODULE_UTILS)])
 

@@ -10,11 +10,7 @@ from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import
 SCRIPT = role_script("frontdoor", "gpufleet-unit-ctl")
 
 
-def load_unit_ctl():
-    return load_role_script("frontdoor", "gpufleet-unit-ctl")
-
-
-unit_ctl = load_unit_ctl()
+unit_ctl = load_role_script("frontdoor", "gpufleet-unit-ctl")
 UNITS = "# managed\ngpufleet-vllm-lab.service\n\ngpufleet-llama-rpc-50052.service\n"
 
 

@@ -20,11 +20,7 @@ from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import
 SCRIPT = role_script("vllm", "gpufleet-vllm-guard")
 
 
-def load_guard():
-    return load_role_script("vllm", "gpufleet-vllm-guard")
-
-
-guard = load_guard()
+guard = load_role_script("vllm", "gpufleet-vllm-guard")
 decide = guard.decide
 
 DEADLINE = 600.0
