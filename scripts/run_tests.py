@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -99,7 +100,8 @@ STAGES: dict[str, list] = {
     # tests/unit runs once, under ansible-test units (the same pytest files, in the collection
     # layout); plain pytest runs only what ansible-test does not collect.
     "pytest": [["pytest", "-q", "-p", "no:cacheprovider", "tests/lab", "tests/packaging"]],
-    # One `molecule test -s NAME` per scenario (what --all runs), so the summary shows each one's time.
+    # One `molecule test -s NAME` per scenario (what --all runs), so the summary shows each one's time;
+    # run in lanes (molecule_lanes) because one scenario alone leaves half of the 2 cores idle.
     "molecule": [["molecule", "test", "-s", path.parent.name] for path in sorted(REPO.glob("molecule/*/molecule.yml"))],
     # The flagship composition end to end on a 10-host lab built from a topology manifest and
     # reached over SSH: plan, fabric at MTU 9000, NCCL, two one-node vLLM replicas, the
@@ -119,6 +121,13 @@ STAGES: dict[str, list] = {
     ],
 }
 
+# Scenarios that get a lane of their own; every other scenario shares the last lane, in name
+# order. Each scenario has its own containers, network and subnet, so lanes share nothing but the
+# read-only caches. vllm is as long as all the others together (docs/testing.md, Time budget).
+OWN_LANE = ("vllm",)
+LANES_ENV = "GPUFLEET_MOLECULE_LANES"
+LOG_DIR = REPO / "tests" / "output" / "molecule"
+
 PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|warnings?)")
 
 
@@ -133,7 +142,76 @@ def step_label(argv: list[str]) -> str:
     return f"{Path(script).stem} {rest[0]}" if rest else Path(script).stem
 
 
+def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
+    """Split the molecule steps into at most `lanes` lanes run side by side; 1 runs them in turn."""
+    if lanes < 1:
+        raise ValueError(f"{LANES_ENV}={lanes}: use 1 (one scenario at a time) or more")
+    if lanes == 1:
+        return [steps]
+    own = [[s] for s in steps if step_label(s) in OWN_LANE][: lanes - 1]
+    taken = {id(lane[0]) for lane in own}
+    rest = [s for s in steps if id(s) not in taken]
+    return [*own, rest] if rest else own
+
+
+def lane_count() -> int:
+    raw = os.environ.get(LANES_ENV, "2")
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"{LANES_ENV}={raw!r} is not a number: use 1 (one scenario at a time) or 2") from None
+
+
+def run_lanes(name: str, lanes: list[list[list[str]]]) -> tuple[bool, str]:
+    """Run each lane's steps in turn, the lanes side by side. A step's output goes to its log file
+    and is printed whole when it ends, so the CI log reads one scenario at a time. After a failure
+    no lane starts another step; the steps already running finish (and destroy their hosts)."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    printing = threading.Lock()
+    failed = threading.Event()
+    timings: dict[str, str] = {}
+    failures: list[str] = []
+
+    def lane(steps: list[list[str]]) -> None:
+        for argv in steps:
+            if failed.is_set():
+                return
+            label = step_label(argv)
+            log = LOG_DIR / f"{label}.log"
+            with printing:
+                print(f"\n----- {name}: {' '.join(argv)} started (log: {log})", flush=True)
+            t0 = time.monotonic()
+            with log.open("w") as out:
+                proc = subprocess.run(argv, cwd=REPO, env=env(), stdout=out, stderr=subprocess.STDOUT, check=False)
+            code = proc.returncode
+            timings[label] = f"{label} {time.monotonic() - t0:.0f}s"
+            with printing:
+                print(f"\n----- {name}: {' '.join(argv)}", flush=True)
+                sys.stdout.write(log.read_text(errors="replace"))
+                print(f"----- {name}: {timings[label]} (exit {code})", flush=True)
+            if code != 0:
+                failures.append(f"exit {code}: {' '.join(argv)}")
+                failed.set()
+                return
+
+    threads = [threading.Thread(target=lane, args=(steps,)) for steps in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    order = [step_label(s) for steps in lanes for s in steps]
+    done = ", ".join(timings[label] for label in sorted(order) if label in timings)
+    lane_text = " | ".join(", ".join(step_label(s) for s in steps) for steps in lanes)
+    if failures:
+        return False, "; ".join(failures) + f"; {done}"
+    return True, f"{done} (lanes: {lane_text})"
+
+
 def run_stage(name: str) -> tuple[bool, str]:
+    if name == "molecule":
+        lanes = molecule_lanes(STAGES[name], lane_count())
+        if len(lanes) > 1:
+            return run_lanes(name, lanes)
     counts: list[str] = []
     timings: list[str] = []
     for step in STAGES[name]:
