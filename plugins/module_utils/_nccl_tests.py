@@ -20,7 +20,14 @@ tests/unit/plugins/module_utils/fixtures/nccl-tests, see the README there):
 - Failures are lines '<host>: Test NCCL failure <file>:<line> ...', '<host>: Test CUDA failure
   ...', ' .. <host> pid <pid>: Test failure <file>:<line>' and '<host>: Test timeout (<n>s) ...';
   a failure during a measurement is printed on that row's line, after the size columns.
-- Launchers may prefix lines: Open MPI --tag-output '[1,0]<stdout>:', srun --label '0: '.
+- Launchers prefix what they forward:
+  - Open MPI --tag-output puts '[1,0]<stdout>:' before every chunk it forwards, not only at the
+    start of a line: a line the process flushed in pieces carries the tag again inside it, and a
+    chunk of another rank can sit between the pieces (open-mpi/ompi#6948).
+  - MPICH and Intel MPI (Hydra) -prepend-rank put '[0] ' before every chunk, so a row printed in
+    three pieces reads '[0]  size ... -1[0]  time ...  0[0]  time ...' (NVIDIA/nccl#1453).
+  - Slurm srun --label puts 'N: ' before every line, the task number padded to the width of the
+    largest: ' 0: ' with 10 to 99 tasks (NVIDIA/nccl-tests#290), '  0: ' with 100 or more.
 
 Everything here is pure, so the module and the unit tests share it.
 """
@@ -32,7 +39,9 @@ __metaclass__ = type
 import math
 import re
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
+_OMPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err|diag)>:")
+_HYDRA_TAG = re.compile(r"^\[\d+\] ")
+_SRUN_LABEL = re.compile(r"^ *\d+:(?: |$)")
 _ERROR = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b|\bTest timeout\b")
 _VERSION = re.compile(r"^#\s*nccl-tests version (\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -205,11 +214,43 @@ def _finish(run):
     return run
 
 
+def _pieces(line):
+    """(tag, text) for each chunk a launcher forwarded on this printed line; tag None when untagged."""
+    tags = list(_OMPI_TAG.finditer(line))
+    if tags:
+        pieces = [(None, line[: tags[0].start()])] if tags[0].start() else []
+        ends = [tag.start() for tag in tags[1:]] + [len(line)]
+        return pieces + [(tag.group(0), line[tag.end() : end]) for tag, end in zip(tags, ends)]
+    hydra = _HYDRA_TAG.match(line)
+    if hydra:
+        # Only the line's own tag counts inside it: '[0] NCCL INFO' in a log line is a device index.
+        return [(hydra.group(0), line[hydra.end() :].replace(hydra.group(0), ""))]
+    return [(None, _SRUN_LABEL.sub("", line, count=1))]
+
+
+def launcher_lines(text):
+    """The lines each process printed, without the launcher's tags and labels.
+
+    A printed line ends the chunk of its last tag; the chunks before it that another tag
+    interrupted wait for the rest of their line (the launchers' formats are in the module docstring).
+    """
+    pending = {}
+    lines = []
+    for raw in (text or "").splitlines():
+        pieces = _pieces(raw)
+        for tag, piece in pieces[:-1]:
+            pending[tag] = pending.get(tag, "") + piece
+        tag, piece = pieces[-1]
+        lines.append(pending.pop(tag, "") + piece)
+    lines.extend(pending.values())
+    return lines
+
+
 def parse_runs(text):
     """Every run in the text, in order, as parse() describes them; runs without rows included."""
     runs = [_new_run()]
-    for raw in (text or "").splitlines():
-        line = _PREFIX.sub("", raw.rstrip())
+    for printed in launcher_lines(text):
+        line = printed.rstrip()
         stripped = line.strip()
         if not stripped:
             continue
