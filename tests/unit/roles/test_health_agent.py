@@ -260,6 +260,9 @@ def test_parse_xid_on_the_documented_format():
         ("0000:18:00", 13),
         ("0000:2a:00", 48),
         ("0000:3a:00", 31),
+        # MIG: the instance inside the parentheses; 94 and 95 are in the default fatal list.
+        ("0000:01:00", 94),
+        ("0000:3b:00", 95),
     ]
     assert agent.parse_xid("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.54.03") is None
     assert agent.parse_xid(None) is None
@@ -775,9 +778,12 @@ def test_gpu_check_runs_nvidia_smi_and_counts_xids(tmp_path):
     fake.entries += [(f"c{number}", line) for number, line in enumerate(xids, start=1)]
     instance.run_check("gpu")
     assert instance.checks["gpu"]["state"] == "failing"
-    assert instance.checks["gpu"]["reason"] == "fatal Xid 48 on 0000:2a:00, 79 on 0000:61:00"
+    assert instance.checks["gpu"]["reason"] == (
+        "fatal Xid 94 on 0000:01:00, 48 on 0000:2a:00, 95 on 0000:3b:00, 79 on 0000:61:00"
+    )
     lines = metric_lines(instance)
     assert 'gpufleet_health_xid_events_total{xid="79"} 1.0' in lines
+    assert 'gpufleet_health_xid_events_total{xid="94"} 1.0' in lines
     assert 'gpufleet_health_xid_events_total{xid="13"} 1.0' in lines
     assert "gpufleet_health_gpu_count 2.0" in lines
     assert "gpufleet_health_gpu_ecc_uncorrectable_volatile_total 0.0" in lines
