@@ -85,6 +85,10 @@ def parse_mlnx_qos(text):
             state["dcbx"] = "os" if "OS" in line else "firmware"
         elif line.startswith("Priority trust state:"):
             state["trust"] = line.split(":", 1)[1].strip() or None
+        elif re.match(r"prio:\d+$", line):
+            # Under 'default priority:' (mlnx-tools before 2024-11), one per ETHERTYPE APP entry: not
+            # a DSCP map line, and not state this collection manages (the dcb backend has no such key).
+            pass
         elif line.startswith("prio:"):
             match = re.match(r"prio:(\d+)\s+dscp:([\d,\s]*)$", line)
             if not match:

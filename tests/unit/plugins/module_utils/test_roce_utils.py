@@ -75,6 +75,12 @@ def test_mlnx_qos_map_line_that_wraps():
     assert state["dscp2prio"][27] == 3
 
 
+@pytest.mark.parametrize("name", ["derived-eth4-default-prio3.txt", "derived-eth4-default-prio-empty.txt"])
+def test_mlnx_qos_default_priority_block_is_not_a_dscp_map(name):
+    # '\tprio:3' under 'default priority:' has no dscp: part; it used to raise "unreadable dscp2prio line".
+    assert roce.parse_mlnx_qos(text("mlnx_qos/" + name)) == roce.parse_mlnx_qos(text("mlnx_qos/eth4-os-dscp-pfc3.txt"))
+
+
 def test_mlnx_qos_warning_and_missing_tcs():
     report = (
         "****** WARNING: lldpad service is running and may overwrite your settings ******\n\n"
