@@ -101,8 +101,11 @@ def load_iperf3_json(text):
     """Decode iperf3 -J output; raise LinkBandwidthError on no JSON or on its "error" key, whatever the rc."""
     if not text or not text.strip():
         raise LinkBandwidthError("iperf3 printed nothing")
+    # The first document is the report: iperf3 3.16 and 3.17 can print the whole -J document twice
+    # (esnet/iperf#1688, #1716), and 3.16+ can print a line such as 'iperf3: error - no error'
+    # after it as it exits (esnet/iperf#1631). A run that failed says so in the document's "error".
     try:
-        doc = json.loads(text)
+        doc, _end = json.JSONDecoder().raw_decode(text, len(text) - len(text.lstrip()))
     except ValueError as exc:
         raise LinkBandwidthError("iperf3 printed no JSON (%s): %r" % (exc, text[:200])) from None
     if not isinstance(doc, dict):

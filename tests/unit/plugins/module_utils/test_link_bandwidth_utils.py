@@ -120,6 +120,32 @@ def test_error_key_wins_over_partial_results():
         lb.load_iperf3_json(json.dumps(doc))
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # 3.16 and 3.17 print the document twice (esnet/iperf#1688, #1716)
+        lambda text: text + text,
+        # 3.16+ can print an error line after a finished test as it exits (esnet/iperf#1631)
+        lambda text: text + "iperf3: error - no error\n",
+    ],
+)
+def test_the_first_document_is_the_report(tail):
+    text = fixture_text("client_forward_p4")
+    assert lb.load_iperf3_json(tail(text)) == json.loads(text)
+
+
+def test_an_error_in_the_first_document_still_fails_before_a_second():
+    text = fixture_text("client_refused")
+    with pytest.raises(lb.LinkBandwidthError, match="iperf3: "):
+        lb.load_iperf3_json(text + text)
+
+
+def test_a_cut_document_is_still_no_json():
+    text = fixture_text("client_forward_p4")
+    with pytest.raises(lb.LinkBandwidthError, match="iperf3 printed no JSON"):
+        lb.load_iperf3_json(text[: len(text) // 2])
+
+
 @pytest.mark.parametrize("text", ["", "   \n", "iperf3: error - unable to connect", "[1, 2]"])
 def test_no_json_object_is_an_error(text):
     with pytest.raises(lb.LinkBandwidthError, match="iperf3 printed"):
