@@ -164,9 +164,14 @@ def _cells(line, tabs):
     return line.split()
 
 
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def parse_topo(text):
     """Parse `nvidia-smi topo -m` into {devices: [...], matrix: {row: {column: link}}}."""
-    lines = (text or "").splitlines()
+    # Current nvidia-smi underlines the header row (ESC[4m ... ESC[0m) even into a pipe; left in,
+    # the header is not found and the GPU0 row is taken for it.
+    lines = _SGR.sub("", text or "").splitlines()
     header_at = None
     for number, line in enumerate(lines):
         if line.split()[:1] == ["GPU0"]:

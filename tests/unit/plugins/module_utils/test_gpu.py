@@ -434,3 +434,9 @@ def test_topo_without_matrix_fails():
 def test_topo_with_unknown_link_value_fails():
     with pytest.raises(GpuError, match="row GPU0"):
         parse_topo("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tFOO\t0-3\nGPU1\tPHB\t X \t0-3\n")
+
+
+def test_topo_header_underlined_by_nvidia_smi():
+    underlined = topo("derived-2gpu-phb-underlined-header.txt")
+    assert underlined == topo("2gpu-phb-gpu-numa-id.txt")
+    assert underlined["devices"][0]["name"] == "GPU0"
