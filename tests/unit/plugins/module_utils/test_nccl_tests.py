@@ -390,7 +390,7 @@ def _open_mpi_chunks(text, other="[1,1]<stderr>:"):
     with nccl-tests was found; the chunks are cut from the real rows of the fixture."""
     out = []
     for line in text.splitlines():
-        tag, _, body = line.partition(">:")
+        tag, _sep, body = line.partition(">:")
         tokens = body.split()
         if len(tokens) == 11:  # a row: size count type time algbw busbw error, twice (no redop, no root)
             cut = body.index(tokens[7], body.index(tokens[6]) + len(tokens[6]))
