@@ -17,7 +17,8 @@ description:
   - With O(per_device), there is one server per device, on consecutive ports from O(port).
     Devices default to C(CUDA0..CUDA<n-1>) for the O(gpu_count) GPUs found.
   - Fails, naming the variable and the fix, when the bind address is not an IP, is the
-    unspecified address, or is outside the fabric subnet.
+    unspecified address, or is outside the fabric subnet, when a device is not a ggml device name,
+    and when an allowed source is not an IP address.
 options:
   _input:
     description: The address the servers bind to, the node's fabric address.
@@ -44,6 +45,13 @@ options:
     description: The fabric subnet the address must be in; empty skips the check.
     type: str
     default: ""
+  sources:
+    description:
+      - The addresses the firewall admits (C(llama_rpc_allowed_sources)); each must be a single IP
+        address, or the filter fails naming the entry.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -72,15 +80,22 @@ _value:
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import (
     check_fabric_address,
+    check_rpc_devices,
+    check_rpc_sources,
+    format_problems,
     rpc_endpoint,
     rpc_instances,
 )
 
 
-def llama_rpc_instances(address, port, per_device=False, devices=None, gpu_count=0, subnet=""):
+def llama_rpc_instances(address, port, per_device=False, devices=None, gpu_count=0, subnet="", sources=None):
     problem = check_fabric_address("llama_rpc_bind_address", address, subnet)
     if problem:
         raise AnsibleFilterError(problem)
+    problems = check_rpc_devices(devices if devices is not None else [])
+    problems += check_rpc_sources(sources if sources is not None else [])
+    if problems:
+        raise AnsibleFilterError("llama_rpc_worker settings are invalid:\n%s" % format_problems(problems))
     if ":" in str(address):
         raise AnsibleFilterError(
             "llama_rpc_bind_address=%s is IPv6; ggml-rpc reads --rpc endpoints as HOST:PORT split at the first ':', "

@@ -19,6 +19,8 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible_collections.gpufleet.inference.plugins.module_utils._render import check_text
+
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 FLASH_ATTN = ("on", "off", "auto")
 LEGACY_MMAP_FLAGS = ("--no-mmap", "--mlock", "--mmap")
@@ -151,7 +153,27 @@ def server_argv(settings, dialect):
     problems += _flash_attn(settings.get("flash_attn"), dialect, argv)
     problems += _load_mode(settings.get("load_mode"), dialect, argv)
     problems += _extra_args(settings.get("extra_args") or [], dialect, argv)
+    problems += _control_characters(settings)
     return argv, problems
+
+
+def _control_characters(settings):
+    """Problems for values with newlines or other control characters: ExecStart is one unit-file
+    line, so an embedded newline would start a directive of its own (ExecStartPre=+... as root)."""
+    values = [("llama_server_model_path", settings.get("model_path")), ("llama_server_host", settings.get("host"))]
+    for key in ("override_tensor", "extra_args"):
+        entries = settings.get(key)
+        if isinstance(entries, list):
+            values += [("llama_server_%s[%d]" % (key, index), entry) for index, entry in enumerate(entries)]
+    problems = []
+    for origin, value in values:
+        if value is None:
+            continue
+        try:
+            check_text(value, origin)
+        except ValueError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def _flash_attn(value, dialect, argv):
@@ -221,6 +243,37 @@ def _extra_args(extra, dialect, argv):
                 "Remove it and set llama_server_load_mode: %s" % (flag, replacement)
             )
     argv += [str(arg) for arg in extra]
+    return problems
+
+
+GGML_DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def check_rpc_devices(devices):
+    """Problems for llama_rpc_devices entries that are not ggml device names (CUDA0, Vulkan1)."""
+    if not isinstance(devices, list):
+        return ["llama_rpc_devices must be a list of ggml device names like CUDA0, got %r" % (devices,)]
+    return [
+        "llama_rpc_devices[%d]=%r is not a ggml device name; use names like CUDA0 or Vulkan1, as "
+        "`rpc-server --list-devices` prints them" % (index, device)
+        for index, device in enumerate(devices)
+        if not isinstance(device, str) or not GGML_DEVICE.match(device)
+    ]
+
+
+def check_rpc_sources(sources):
+    """Problems for llama_rpc_allowed_sources entries that are not single IP addresses."""
+    if not isinstance(sources, list):
+        return ["llama_rpc_allowed_sources must be a list of the coordinators' fabric IPs, got %r" % (sources,)]
+    problems = []
+    for index, source in enumerate(sources):
+        try:
+            ipaddress.ip_address(str(source))
+        except ValueError:
+            problems.append(
+                "llama_rpc_allowed_sources[%d]=%r is not an IP address; the firewall admits single addresses "
+                "(the coordinators' fabric IPs, like 10.10.0.1), not names or networks" % (index, source)
+            )
     return problems
 
 

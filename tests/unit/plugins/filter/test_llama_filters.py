@@ -107,7 +107,46 @@ def test_rpc_instances_non_numeric_port():
     assert "llama_rpc_port='fifty' is not a TCP port" in error_of(llama_rpc_instances, "10.10.0.11", "fifty")
 
 
+@pytest.mark.parametrize("device", ['CUDA0" --foo "', "CUDA0\nExecStartPre=+/bin/id", "CUDA 0", "", 0])
+def test_rpc_instances_refuse_a_device_that_is_not_a_ggml_name(device):
+    # Rendered into ExecStart as --device "<name>": a quote or a newline would add arguments or directives.
+    message = error_of(llama_rpc_instances, "10.10.0.11", 50052, per_device=True, devices=["CUDA1", device])
+    assert f"llama_rpc_devices[1]={device!r} is not a ggml device name" in message
+    assert "llama_rpc_devices[0]" not in message
+
+
+@pytest.mark.parametrize("source", ["beef", "10.10.0.0/24", "coordinator.example", "1.2.3", "10.10.0.1\n"])
+def test_rpc_instances_refuse_a_source_that_is_not_an_ip(source):
+    # 'beef' passed the old character check and was then left out of both nftables sets.
+    message = error_of(llama_rpc_instances, "10.10.0.11", 50052, sources=["10.10.0.1", source])
+    assert f"llama_rpc_allowed_sources[1]={source!r} is not an IP address" in message
+    assert "llama_rpc_allowed_sources[0]" not in message
+
+
+def test_rpc_instances_accept_v4_and_v6_sources_and_real_devices():
+    instances = llama_rpc_instances(
+        "10.10.0.11", 50052, per_device=True, devices=["CUDA0", "Vulkan1"], sources=["10.10.0.1", "fd00::1"]
+    )
+    assert [i["device"] for i in instances] == ["CUDA0", "Vulkan1"]
+
+
 # llama_server_argv
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "origin"),
+    [
+        ("extra_args", ["--alias", "x\nExecStartPre=+/bin/sh -c id"], "llama_server_extra_args[1]"),
+        ("override_tensor", ["blk\\.1\\.=CPU\r"], "llama_server_override_tensor[0]"),
+        ("model_path", "/models/m.gguf\nExecStartPre=+/bin/id", "llama_server_model_path"),
+    ],
+)
+def test_argv_refuses_control_characters(key, value, origin):
+    # ExecStart is one line of the unit: a newline inside an argument starts a directive of its own.
+    message = error_of(
+        llama_server_argv, dict(SETTINGS, **{key: value}), NEW, ["w1"], [["10.10.0.11:50052"]], [["10.10.0.11"]]
+    )
+    assert origin in message and "control character" in message
 
 
 def test_argv_joins_endpoints_of_all_workers_in_order():
