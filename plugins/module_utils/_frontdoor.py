@@ -35,14 +35,14 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 
 # HAProxy's rule for proxy names (configuration.txt section 3.5: letters, digits, '-', '_', '.',
 # ':'); server names go through the same invalid_char() check of the parser.
-HAPROXY_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+HAPROXY_NAME = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 # What a node address may be: an IP address or a DNS name.
 HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
-URI = re.compile(r"^/[A-Za-z0-9._~/-]*$")
+URI = re.compile(r"^/[A-Za-z0-9._~/-]*\Z")
 # What the API key may be: the vllm role's rule (printable, no spaces).
-API_KEY = re.compile(r"^[!-~]*$")
+API_KEY = re.compile(r"^[!-~]*\Z")
 UNSPECIFIED = ("0.0.0.0", "::", "")
 
 VLLM_UNIT = "gpufleet-vllm-%s.service"

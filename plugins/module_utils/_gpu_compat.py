@@ -458,13 +458,13 @@ def check_compat(gpus, driver_branch, kernel_modules, cuda_versions):
     by several GPUs of one model is one entry naming all their bus ids; bus_id is the first of
     them, and None for a problem of no GPU in particular. Raises ValueError on malformed input.
     """
-    if driver_branch is not None and not re.match(r"^\d{3}$", str(driver_branch)):
+    if driver_branch is not None and not re.match(r"^\d{3}\Z", str(driver_branch)):
         raise ValueError("driver_branch must be three digits, such as 580; got %r" % (driver_branch,))
     if kernel_modules not in ("open", "proprietary", None):
         raise ValueError("kernel_modules must be open or proprietary; got %r" % (kernel_modules,))
     cuda_versions = [str(text) for text in cuda_versions]
     for text in cuda_versions:
-        if not re.match(r"^\d+\.\d+$", text):
+        if not re.match(r"^\d+\.\d+\Z", text):
             raise ValueError("CUDA versions must be X.Y, such as 12.8; got %r" % (text,))
     branch = None if driver_branch is None else int(driver_branch)
 

@@ -93,7 +93,7 @@ def _is_int(value):
 def _int_like(value):
     if _is_int(value):
         return True
-    return isinstance(value, str) and re.match(r"^-?\d+$", value) is not None
+    return isinstance(value, str) and re.match(r"^-?\d+\Z", value) is not None
 
 
 def server_argv(settings, dialect):
@@ -246,7 +246,7 @@ def _extra_args(extra, dialect, argv):
     return problems
 
 
-GGML_DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+GGML_DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\Z")
 
 
 def check_rpc_devices(devices):

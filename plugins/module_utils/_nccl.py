@@ -168,7 +168,7 @@ def parse_nccl_int(value):
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    match = re.match(r"^([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)$", text)
+    match = re.match(r"^([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)\Z", text)
     if not match:
         return None
     sign, digits = match.groups()

@@ -51,7 +51,7 @@ NO_DEVICE_FIX = (
     "load the RDMA driver (modprobe mlx5_ib for ConnectX) and install rdma-core, whose udev rules load it at boot"
 )
 # net/core/dev.c dev_valid_name: 1 to IFNAMSIZ-1 characters, not "." or "..", no '/', ':' or whitespace.
-IFNAME = re.compile(r"^[^/:\s]{1,15}$")
+IFNAME = re.compile(r"^[^/:\s]{1,15}\Z")
 
 NUMBERED = re.compile(r"^\d+:\s*(.*)$")
 RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec")

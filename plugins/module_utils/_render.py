@@ -22,7 +22,7 @@ __metaclass__ = type
 import re
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def check_text(value, origin):

@@ -51,7 +51,7 @@ OWNED = {
 }
 
 # vLLM's human_readable_int (vllm/utils/argparse_utils.py): decimal k/m/g/t, binary K/M/G/T.
-_HUMAN_INT = re.compile(r"^(\d+(\.\d+)?[kmgt]|\d+[KMGT])$")
+_HUMAN_INT = re.compile(r"^(\d+(\.\d+)?[kmgt]|\d+[KMGT])\Z")
 
 # Values the seed-era guides put in a flag that means something else. Keyed by flag; the regex
 # matches the refused value.
@@ -62,7 +62,7 @@ _VALUE_HINTS = {
         "checkpoint and --quantization (gptq, awq, compressed-tensors ...)",
     ),
     "log-level": (
-        re.compile(r"^(critical|error|warning|info|debug|notset)$"),
+        re.compile(r"^(critical|error|warning|info|debug|notset)\Z"),
         "vLLM's --log-level takes upper case ({choices}); --uvicorn-log-level takes lower case",
     ),
 }

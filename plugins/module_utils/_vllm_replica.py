@@ -19,7 +19,7 @@ __metaclass__ = type
 import ipaddress
 import re
 
-REPLICA_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+REPLICA_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 # Settings every node of one replica must agree on, with the variable that sets each.
 SHARED = (
     ("tensor_parallel_size", "vllm_tensor_parallel_size"),
@@ -220,7 +220,7 @@ def nft_rules(table, peers, api_port, api_clients, internal_ports, ephemeral):
     bind their listening sockets.
     """
     problems = []
-    if not isinstance(table, str) or not re.match(r"^[a-z][a-z0-9_]{0,40}$", table):
+    if not isinstance(table, str) or not re.match(r"^[a-z][a-z0-9_]{0,40}\Z", table):
         problems.append("nftables table name %r must be [a-z][a-z0-9_]*" % (table,))
     peer_nets, p = _networks(peers, "replica node addresses")
     problems += p

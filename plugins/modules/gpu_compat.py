@@ -161,12 +161,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    if params["driver_branch"] is not None and not re.match(r"^\d{3}$", params["driver_branch"]):
+    if params["driver_branch"] is not None and not re.match(r"^\d{3}\Z", params["driver_branch"]):
         module.fail_json(
             msg='driver_branch must be a driver branch of three digits, such as "580"; got %r' % params["driver_branch"]
         )
     for version in params["cuda_versions"]:
-        if not re.match(r"^\d+\.\d+$", version):
+        if not re.match(r"^\d+\.\d+\Z", version):
             module.fail_json(msg='cuda_versions must hold X.Y versions, such as "12.8"; got %r' % version)
 
     gpus = read_gpus(params["sysfs_root"])

@@ -32,12 +32,12 @@ except ImportError:  # the plugin turns this into an error that says how to inst
 HAS_NETADDR = netaddr is not None
 
 # Inventory hostnames (and rack, leaf and spine names).
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 # The gpufleet.inference.vllm role's rule for vllm_replica (roles/vllm/meta/argument_specs.yml).
-REPLICA = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+REPLICA = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 # Linux interface names: at most 15 bytes, no '/', ':' or whitespace (dev_valid_name() in
 # net/core/dev.c); the same rule as the fabric_network role.
-IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}\Z")
 # IPv6 minimum link MTU (RFC 8200) up to the largest jumbo frame common 25/100G switches take.
 MTU_MIN, MTU_MAX = 1280, 9216
 

@@ -107,7 +107,7 @@ def test_rpc_instances_non_numeric_port():
     assert "llama_rpc_port='fifty' is not a TCP port" in error_of(llama_rpc_instances, "10.10.0.11", "fifty")
 
 
-@pytest.mark.parametrize("device", ['CUDA0" --foo "', "CUDA0\nExecStartPre=+/bin/id", "CUDA 0", "", 0])
+@pytest.mark.parametrize("device", ['CUDA0" --foo "', "CUDA0\nExecStartPre=+/bin/id", "CUDA0\n", "CUDA 0", "", 0])
 def test_rpc_instances_refuse_a_device_that_is_not_a_ggml_name(device):
     # Rendered into ExecStart as --device "<name>": a quote or a newline would add arguments or directives.
     message = error_of(llama_rpc_instances, "10.10.0.11", 50052, per_device=True, devices=["CUDA1", device])

@@ -25,7 +25,8 @@ def test_env_file_quotes_values_and_sorts_names():
     assert lines == ['A="1"', 'B="say \\"hi\\""', 'C="back\\\\slash"']
 
 
-@pytest.mark.parametrize("name", ["1ABC", "BAD NAME", "A-B", "", 3])
+# "A\n": Python's $ matches before a final newline, so the name check must anchor with \Z.
+@pytest.mark.parametrize("name", ["1ABC", "BAD NAME", "A-B", "", 3, "A\n", "A\nB"])
 def test_env_names_must_be_names(name):
     with pytest.raises(ValueError, match="is not an environment variable name"):
         _render.env_line(name, "1", "vllm_env")

@@ -1,0 +1,35 @@
+"""Validation patterns anchor their end with \\Z, not $.
+
+In Python's re, `$` also matches just before a final newline: `'abc\\n' is match('^[a-z]+$')` is
+true, so a value with a trailing newline passed such a check and reached a unit, a sources file
+or a rule as an extra line. Every `match`/`search`/`regex` test in the roles' tasks therefore
+ends its pattern with \\Z (issue 15, injection into rendered files).
+"""
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+JINJA_TEST = re.compile(r"is (?:not )?(?:match|search|regex)\('(?P<pattern>[^']*)'\)")
+
+
+def jinja_patterns():
+    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            for found in JINJA_TEST.finditer(line):
+                yield f"{path.relative_to(REPO)}:{number}", found.group("pattern")
+
+
+def test_the_scan_finds_the_roles_checks():
+    # Guards the test itself: a regex that matched nothing would pass vacuously.
+    assert len(list(jinja_patterns())) >= 40
+
+
+def test_no_task_pattern_ends_with_dollar():
+    dollar = [f"{where}: {pattern}" for where, pattern in jinja_patterns() if pattern.endswith("$")]
+    assert dollar == [], "anchor with \\Z instead of $:\n" + "\n".join(dollar)
+
+
+def test_backslash_z_refuses_what_dollar_lets_through():
+    assert re.match(r"^[a-z]+$", "abc\n")
+    assert not re.match(r"^[a-z]+\Z", "abc\n")
