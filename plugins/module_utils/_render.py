@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import re
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -55,3 +56,54 @@ def env_file(mapping, origin):
     if not isinstance(mapping, dict):
         raise ValueError("%s must be a mapping of variable names to values, got %r" % (origin, mapping))
     return [env_line(name, mapping[name], origin) for name in sorted(mapping)]
+
+
+def _ip(value):
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return "is not an IP address"
+    return None
+
+
+def _port(value):
+    text = str(value)
+    if isinstance(value, bool) or not re.match(r"^[0-9]{1,5}\Z", text) or not 1 <= int(text) <= 65535:
+        return "is not a TCP port: use 1..65535"
+    return None
+
+
+def _file_name(value):
+    text = str(value)
+    if not text or text in (".", "..") or "/" in text or _CONTROL.search(text):
+        return "is not a file name: no '/', no control characters, not empty, '.' or '..'"
+    return None
+
+
+def _text(value):
+    return (
+        "contains a control character (a newline starts a new line in the file)"
+        if _CONTROL.search(str(value))
+        else None
+    )
+
+
+KINDS = {"ip": _ip, "port": _port, "file_name": _file_name, "text": _text}
+
+
+def input_problems(checks):
+    """One message per failing [kind, variable name, value] check, each naming the variable and the
+    value; kinds: ip (one IP address), port (1..65535), file_name (one path component), text (no
+    control characters)."""
+    problems = []
+    for check in checks:
+        if not isinstance(check, (list, tuple)) or len(check) != 3 or check[0] not in KINDS:
+            raise ValueError(
+                "input_problems: each check is [kind, name, value] with kind one of %s, got %r"
+                % (", ".join(KINDS), check)
+            )
+        kind, name, value = check
+        problem = KINDS[kind](value)
+        if problem:
+            problems.append("%s=%r %s" % (name, value, problem))
+    return problems
