@@ -1,0 +1,88 @@
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The bad-input suite (issue 15): every case in tests/bad_inputs/cases.yml must be refused by its
+role's argument spec or read-only preflight, with a message that holds every `expect` string (the
+variable, the bad value and the fix); every `accept` case must pass the same checks.
+
+All cases run in one `ansible-playbook --check` against the local machine, one inventory host per
+case with the case's variables as its inventory variables (tests/bad_inputs/preflight.yml). That
+the preflight is the first thing each role's main runs is checked separately below, so a refusal
+here is a refusal before any change.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SUITE = REPO / "tests" / "bad_inputs"
+CASES = yaml.safe_load((SUITE / "cases.yml").read_text())
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def case_id(case):
+    return case["id"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    work = tmp_path_factory.mktemp("bad-inputs")
+    hosts = {}
+    for case in CASES:
+        role = case["role"]
+        hosts[case["id"]] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "gpufleet_case_role": role,
+            "gpufleet_case_specs": str(REPO / "roles" / role / "meta" / "argument_specs.yml"),
+            "gpufleet_case_vars": sorted(case.get("vars", {})),
+            **case.get("vars", {}),
+        }
+    inventory = work / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    output = work / "results.json"
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    env["PYTHONPATH"] = str(REPO / "collections")
+    proc = subprocess.run(
+        [str(PLAYBOOK), "-i", str(inventory), str(SUITE / "preflight.yml"), "--check", "--forks", "25",
+         "-e", f"gpufleet_case_results={output}"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert output.exists(), proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(output.read_text())
+
+
+def test_the_suite_is_large_enough():
+    refused = [case for case in CASES if "expect" in case]
+    assert len(refused) >= 60
+    assert len({case["role"] for case in refused}) >= 12
+    assert len({case["id"] for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "expect" in c], ids=case_id)
+def test_bad_input_is_refused_with_a_clear_message(results, case):
+    result = results[case["id"]]
+    assert result["refused"], f"{case['id']}: accepted"
+    missing = [text for text in case["expect"] if text not in result["msg"]]
+    assert not missing, f"{case['id']}: {missing} not in the message of '{result['task']}':\n{result['msg']}"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.get("accept")], ids=case_id)
+def test_good_input_passes_the_same_checks(results, case):
+    # Guards the suite: checks that refused everything would pass every case above.
+    result = results[case["id"]]
+    blocked = result["refused"] and (result["task"] in case["accept"] or result["task"].startswith("Validate the case"))
+    assert not blocked, f"{case['id']} refused by '{result['task']}':\n{result['msg']}"
+
+
+@pytest.mark.parametrize("role", sorted({case["role"] for case in CASES}))
+def test_the_preflight_runs_before_anything_changes(role):
+    tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+    first = tasks[0]
+    included = first.get("ansible.builtin.import_tasks") or first.get("ansible.builtin.include_tasks")
+    assert included == "preflight.yml", f"{role}: the first task of main.yml is {first.get('name')!r}"
