@@ -1,0 +1,62 @@
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for the pure parts of scripts/run_tests.py: the molecule lanes and the step labels."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+RUN_TESTS = Path(__file__).resolve().parents[2] / "scripts" / "run_tests.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("gpufleet_run_tests_script", RUN_TESTS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_tests = load()
+STEPS = [["molecule", "test", "-s", name] for name in ("fabric_network", "nccl", "vllm")]
+
+
+def labels(lanes):
+    return [[run_tests.step_label(step) for step in lane] for lane in lanes]
+
+
+def test_vllm_gets_a_lane_of_its_own():
+    assert labels(run_tests.molecule_lanes(STEPS, 2)) == [["vllm"], ["fabric_network", "nccl"]]
+
+
+def test_one_lane_runs_every_scenario_in_order():
+    assert labels(run_tests.molecule_lanes(STEPS, 1)) == [["fabric_network", "nccl", "vllm"]]
+
+
+def test_more_lanes_than_own_lane_scenarios_change_nothing():
+    assert labels(run_tests.molecule_lanes(STEPS, 4)) == [["vllm"], ["fabric_network", "nccl"]]
+
+
+def test_every_scenario_runs_exactly_once():
+    steps = run_tests.STAGES["molecule"]
+    lanes = run_tests.molecule_lanes(steps, 2)
+    assert sorted(map(tuple, (step for lane in lanes for step in lane))) == sorted(map(tuple, steps))
+
+
+def test_zero_lanes_is_refused():
+    with pytest.raises(ValueError, match="GPUFLEET_MOLECULE_LANES=0"):
+        run_tests.molecule_lanes(STEPS, 0)
+
+
+def test_lane_count_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "1")
+    assert run_tests.lane_count() == 1
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "two")
+    with pytest.raises(SystemExit, match="is not a number"):
+        run_tests.lane_count()
+
+
+def test_step_labels():
+    assert run_tests.step_label(["molecule", "test", "-s", "vllm"]) == "vllm"
+    assert run_tests.step_label(["/venv/bin/python", "/repo/benchmarks/site.py", "run"]) == "site run"
+    assert run_tests.step_label(["/venv/bin/ansible", "localhost"]) == "ansible"
