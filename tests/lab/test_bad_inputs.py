@@ -70,6 +70,9 @@ def test_bad_input_is_refused_with_a_clear_message(results, case):
     assert result["refused"], f"{case['id']}: accepted"
     missing = [text for text in case["expect"] if text not in result["msg"]]
     assert not missing, f"{case['id']}: {missing} not in the message of '{result['task']}':\n{result['msg']}"
+    # A secret is described, never echoed.
+    for name in case.get("secret", []):
+        assert str(case["vars"][name]) not in result["msg"], f"{case['id']}: the message shows {name}"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.get("accept")], ids=case_id)
