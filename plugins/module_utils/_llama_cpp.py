@@ -19,7 +19,7 @@ __metaclass__ = type
 import ipaddress
 import re
 
-from ansible_collections.gpufleet.inference.plugins.module_utils._render import check_text
+from ansible_collections.gpufleet.inference.plugins.module_utils._render import check_text, ip_problem
 
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 FLASH_ATTN = ("on", "off", "auto")
@@ -265,16 +265,12 @@ def check_rpc_sources(sources):
     """Problems for llama_rpc_allowed_sources entries that are not single IP addresses."""
     if not isinstance(sources, list):
         return ["llama_rpc_allowed_sources must be a list of the coordinators' fabric IPs, got %r" % (sources,)]
-    problems = []
-    for index, source in enumerate(sources):
-        try:
-            ipaddress.ip_address(str(source))
-        except ValueError:
-            problems.append(
-                "llama_rpc_allowed_sources[%d]=%r is not an IP address; the firewall admits single addresses "
-                "(the coordinators' fabric IPs, like 10.10.0.1), not names or networks" % (index, source)
-            )
-    return problems
+    return [
+        "llama_rpc_allowed_sources[%d]=%r %s; the firewall admits single addresses "
+        "(the coordinators' fabric IPs, like 10.10.0.1), not names or networks" % (index, source, ip_problem(source))
+        for index, source in enumerate(sources)
+        if ip_problem(source)
+    ]
 
 
 def rpc_instances(devices, per_device, gpu_count, base_port):

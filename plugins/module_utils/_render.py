@@ -58,7 +58,8 @@ def env_file(mapping, origin):
     return [env_line(name, mapping[name], origin) for name in sorted(mapping)]
 
 
-def _ip(value):
+def ip_problem(value):
+    """None for one IPv4 or IPv6 address, else what is wrong with the value."""
     try:
         ipaddress.ip_address(str(value))
     except ValueError:
@@ -88,7 +89,7 @@ def _text(value):
     )
 
 
-KINDS = {"ip": _ip, "port": _port, "file_name": _file_name, "text": _text}
+KINDS = {"ip": ip_problem, "port": _port, "file_name": _file_name, "text": _text}
 
 
 def input_problems(checks):

@@ -2,23 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Tests for the pure functions of scripts/lab.py; nothing here starts docker or runs a command."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from script_loader import load_script
 
-LAB_PY = Path(__file__).resolve().parents[2] / "scripts" / "lab.py"
-
-
-def load_lab():
-    # scripts/ is not a package, so load lab.py from its path under a private name.
-    spec = importlib.util.spec_from_file_location("gpufleet_lab_script", LAB_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-lab = load_lab()
+# scripts/ is not a package: load lab.py from its path under a private name.
+lab = load_script("scripts/lab.py", "gpufleet_lab_script")
 
 LLAMA_ASSETS = {
     "source": "/cache/src/llama_cpp_python-0.3.36.tar.gz",

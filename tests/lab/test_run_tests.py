@@ -2,22 +2,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Tests for the pure parts of scripts/run_tests.py: the molecule lanes and the step labels."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from script_loader import load_script
 
-RUN_TESTS = Path(__file__).resolve().parents[2] / "scripts" / "run_tests.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("gpufleet_run_tests_script", RUN_TESTS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_tests = load()
+run_tests = load_script("scripts/run_tests.py", "gpufleet_run_tests_script")
 STEPS = [["molecule", "test", "-s", name] for name in ("fabric_network", "nccl", "vllm")]
 
 
