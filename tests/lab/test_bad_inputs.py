@@ -1,6 +1,6 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The bad-input suite (issue 15): every case in tests/bad_inputs/cases.yml must be refused by its
+"""The bad-input suite (issue 15): every case in tests/bad_inputs/cases*.yml must be refused by its
 role's argument spec or read-only preflight, with a message that holds every `expect` string (the
 variable, the bad value and the fix); every `accept` case must pass the same checks.
 
@@ -21,7 +21,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "tests" / "bad_inputs"
-CASES = yaml.safe_load((SUITE / "cases.yml").read_text())
+# cases.yml, plus a cases-<topic>.yml per topic, so that work on two roles edits two files.
+CASES = [case for path in sorted(SUITE.glob("cases*.yml")) for case in yaml.safe_load(path.read_text())]
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 
