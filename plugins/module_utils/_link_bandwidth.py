@@ -166,6 +166,10 @@ def parse_iperf3(doc, mode):
         per_stream,
     )
     result["iperf3_version"] = iperf3_version(doc)
+    # The addresses of the first test connection, which show whether the test ran over the fabric.
+    first = (start.get("connected") or [{}])[0]
+    result["local_address"] = first.get("local_host")
+    result["remote_address"] = first.get("remote_host")
     return result
 
 
@@ -634,7 +638,9 @@ def serve_once(port, timeout, bind=None):
         control, rfile, test = _accept_test(listener, time.monotonic() + timeout, where)
         client = "%s:%s" % control.getpeername()[:2]
         try:
-            return _serve_test(listener, control, rfile, test, where)
+            result = _serve_test(listener, control, rfile, test, where)
+            result.update(_addresses(control))
+            return result
         except (LinkBandwidthError, IOError, OSError) as exc:
             try:
                 _send_json(control, {"error": "server %s: %s" % (where, exc)})
@@ -683,6 +689,11 @@ def _serve_test(listener, control, rfile, test, where):
     finally:
         workers.stop()
     return _engine_result("server", test, local + remote)
+
+
+def _addresses(control):
+    """The local and remote address of the control connection; the data connections use the same two."""
+    return {"local_address": control.getsockname()[0], "remote_address": control.getpeername()[0]}
 
 
 def _connect(peer, port, bind, timeout):
@@ -747,7 +758,9 @@ def run_client(peer, port, duration, streams, direction, timeout, bind=None, buf
         remote = _read_json(rfile, "the server's results").get("streams") or []
         _send_json(control, {"streams": local})
         rfile.close()
-        return _engine_result("client", test, local + remote)
+        result = _engine_result("client", test, local + remote)
+        result.update(_addresses(control))
+        return result
     except (socket.timeout, OSError) as exc:
         raise LinkBandwidthError("test with %s:%d broke off: %s" % (peer, port, exc)) from None
     finally:

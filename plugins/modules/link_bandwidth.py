@@ -208,6 +208,20 @@ fraction_of_link:
   returned: success
   type: float
   sample: 0.94
+local_address:
+  description:
+    - This host's address on the test connection; a client given O(bind) sends from it.
+    - Null when iperf3 did not report it.
+  returned: success
+  type: str
+  sample: 10.10.0.1
+remote_address:
+  description:
+    - The other end's address on the test connection; on a server, the address the client sent from.
+    - Null when iperf3 did not report it.
+  returned: success
+  type: str
+  sample: 10.10.0.2
 iperf3_version:
   description: Version iperf3 reported.
   returned: success and backend is iperf3
