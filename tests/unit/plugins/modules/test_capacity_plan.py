@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import capacity_plan
 
 TINY_CONFIG = Path(__file__).parents[1] / "module_utils" / "fixtures" / "vllm" / "tiny-llama-config.json"
@@ -21,16 +20,8 @@ FLAGSHIP = {
 }
 
 
-def run_module(capsys, args, expect_rc=0):
-    """Run capacity_plan.main() with ``args``; return the JSON it printed."""
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        capacity_plan.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
-def test_flagship_plan(capsys):
-    result = run_module(capsys, FLAGSHIP)
+def test_flagship_plan(run_module):
+    result = run_module(capacity_plan, FLAGSHIP)
     assert result["changed"] is False
     assert result["fits"] is True
     assert result["pp_layer_partition"] == "7,6,6,6,6,6,6,6,6,6"
@@ -41,29 +32,29 @@ def test_flagship_plan(capsys):
     assert len(result["plan"]["stages"]) == 10
 
 
-def test_check_mode_plans_the_same(capsys):
-    result = run_module(capsys, dict(FLAGSHIP, _ansible_check_mode=True))
+def test_check_mode_plans_the_same(run_module):
+    result = run_module(capacity_plan, dict(FLAGSHIP, _ansible_check_mode=True))
     assert result["changed"] is False
     assert result["pp_layer_partition"] == "7,6,6,6,6,6,6,6,6,6"
 
 
-def test_config_dict_on_cpu(capsys):
+def test_config_dict_on_cpu(run_module):
     config = json.loads(TINY_CONFIG.read_text())
     args = {"model": config, "platform": "cpu", "dtype": "float32", "max_model_len": 512}
-    result = run_module(capsys, dict(args, kv_cache_memory_bytes=1 << 30))
+    result = run_module(capacity_plan, dict(args, kv_cache_memory_bytes=1 << 30))
     assert result["kv_tokens"] == 524288
     assert result["max_concurrency"] == 1024.0
 
 
-def test_overhead_mib_is_bytes_times_mib(capsys):
-    with_mib = run_module(capsys, dict(FLAGSHIP, overhead_mib=4096))
-    with_bytes = run_module(capsys, dict(FLAGSHIP, overhead_bytes=4 << 30))
+def test_overhead_mib_is_bytes_times_mib(run_module):
+    with_mib = run_module(capacity_plan, dict(FLAGSHIP, overhead_mib=4096))
+    with_bytes = run_module(capacity_plan, dict(FLAGSHIP, overhead_bytes=4 << 30))
     assert with_mib["plan"]["overhead_bytes"] == 4 << 30
     assert with_mib["kv_tokens"] == with_bytes["kv_tokens"] < 1855168
 
 
-def test_plan_that_does_not_fit_is_refused(capsys):
-    result = run_module(capsys, dict(FLAGSHIP, quantization="bf16", pipeline_parallel_size=1), expect_rc=1)
+def test_plan_that_does_not_fit_is_refused(run_module):
+    result = run_module(capacity_plan, dict(FLAGSHIP, quantization="bf16", pipeline_parallel_size=1), failed=True)
     assert result["failed"] is True
     assert result["fits"] is False
     assert "\n" not in result["msg"]
@@ -74,18 +65,18 @@ def test_plan_that_does_not_fit_is_refused(capsys):
     assert result["plan"]["stages"][0]["kv_budget_bytes"] < 0
 
 
-def test_refusal_names_the_callers_variables(capsys):
+def test_refusal_names_the_callers_variables(run_module):
     origins = {"pipeline_parallel_size": "vllm_pipeline_parallel_size", "quantization": "vllm_capacity_quantization"}
     args = dict(FLAGSHIP, quantization="bf16", pipeline_parallel_size=1, origins=origins)
-    result = run_module(capsys, args, expect_rc=1)
+    result = run_module(capacity_plan, args, failed=True)
     assert "a larger vllm_pipeline_parallel_size (10 stages would fit)" in result["msg"]
     assert "smaller vllm_capacity_quantization" in result["msg"]
     assert " pipeline_parallel_size" not in result["msg"]
 
 
-def test_kv_refusal_carries_the_estimated_length(capsys):
+def test_kv_refusal_carries_the_estimated_length(run_module):
     args = dict(FLAGSHIP, max_model_len=131072, gpu_memory_utilization=0.5)
-    result = run_module(capsys, args, expect_rc=1)
+    result = run_module(capacity_plan, args, failed=True)
     assert result["estimated_max_model_len"] == 74384
     assert "estimated maximum model length is 74384" in result["msg"]
 
@@ -101,7 +92,7 @@ def test_kv_refusal_carries_the_estimated_length(capsys):
         ({"platform": "tpu"}, "value of platform must be one of: cuda, cpu"),
     ],
 )
-def test_bad_options_fail_naming_them(capsys, args, expected):
-    result = run_module(capsys, dict(FLAGSHIP, **args), expect_rc=1)
+def test_bad_options_fail_naming_them(run_module, args, expected):
+    result = run_module(capacity_plan, dict(FLAGSHIP, **args), failed=True)
     assert result["failed"] is True
     assert expected in result["msg"]

@@ -5,7 +5,6 @@
 import json
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import fabric_report
 
 HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04"]
@@ -21,21 +20,13 @@ def results(slow="gpu03"):
     return out
 
 
-def run_module(capsys, args, expect_rc=0):
-    """Run fabric_report.main() with ``args``; return the JSON it printed."""
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        fabric_report.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
 def snapshot(directory):
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
 
 
-def test_writes_the_three_reports_and_returns_the_verdict(capsys, tmp_path):
+def test_writes_the_three_reports_and_returns_the_verdict(run_module, tmp_path):
     dest = tmp_path / "reports" / "fabric"
-    result = run_module(capsys, {"results": results(), "dest_dir": str(dest), "line_rate_gbps": 100})
+    result = run_module(fabric_report, {"results": results(), "dest_dir": str(dest), "line_rate_gbps": 100})
     assert result["changed"] is True
     assert result.get("failed") is not True
     assert result["paths"] == {
@@ -84,51 +75,51 @@ def test_writes_the_three_reports_and_returns_the_verdict(capsys, tmp_path):
     assert page.count('<td class="cell fail"') == 6
 
 
-def test_second_identical_run_changes_nothing(capsys, tmp_path):
+def test_second_identical_run_changes_nothing(run_module, tmp_path):
     args = {"results": results(), "dest_dir": str(tmp_path), "title": "Rack A", "generated_at": ""}
-    assert run_module(capsys, args)["changed"] is True
+    assert run_module(fabric_report, args)["changed"] is True
     before = snapshot(tmp_path)
-    again = run_module(capsys, args)
+    again = run_module(fabric_report, args)
     assert again["changed"] is False
     assert snapshot(tmp_path) == before
     # New results change the files.
-    assert run_module(capsys, dict(args, results=results(slow="gpu01")))["changed"] is True
+    assert run_module(fabric_report, dict(args, results=results(slow="gpu01")))["changed"] is True
     assert snapshot(tmp_path)["fabric-report.csv"] != before["fabric-report.csv"]
 
 
-def test_generated_at_goes_into_json_and_html(capsys, tmp_path):
+def test_generated_at_goes_into_json_and_html(run_module, tmp_path):
     args = {"results": results(), "dest_dir": str(tmp_path), "generated_at": "2026-11-30T16:20:00Z"}
-    run_module(capsys, args)
+    run_module(fabric_report, args)
     assert json.loads((tmp_path / "fabric-report.json").read_text())["generated_at"] == "2026-11-30T16:20:00Z"
     assert ", generated 2026-11-30T16:20:00Z</p>" in (tmp_path / "fabric-report.html").read_text()
 
 
-def test_check_mode_writes_nothing(capsys, tmp_path):
+def test_check_mode_writes_nothing(run_module, tmp_path):
     dest = tmp_path / "reports"
     args = {"results": results(), "dest_dir": str(dest), "_ansible_check_mode": True}
-    result = run_module(capsys, args)
+    result = run_module(fabric_report, args)
     assert result["changed"] is True
     assert result["paths"]["html"] == str(dest / "fabric-report.html")
     assert result["outliers"] == ["gpu03"]
     assert not dest.exists()
 
-    run_module(capsys, dict(args, _ansible_check_mode=False))
+    run_module(fabric_report, dict(args, _ansible_check_mode=False))
     before = snapshot(dest)
-    assert run_module(capsys, args)["changed"] is False
-    assert run_module(capsys, dict(args, results=results(slow="gpu02")))["changed"] is True
+    assert run_module(fabric_report, args)["changed"] is False
+    assert run_module(fabric_report, dict(args, results=results(slow="gpu02")))["changed"] is True
     assert snapshot(dest) == before
 
 
-def test_formats_and_basename(capsys, tmp_path):
+def test_formats_and_basename(run_module, tmp_path):
     result = run_module(
-        capsys, {"results": results(), "dest_dir": str(tmp_path), "basename": "rack-a", "formats": ["csv"]}
+        fabric_report, {"results": results(), "dest_dir": str(tmp_path), "basename": "rack-a", "formats": ["csv"]}
     )
     assert result["paths"] == {"csv": str(tmp_path / "rack-a.csv")}
     assert [path.name for path in tmp_path.iterdir()] == ["rack-a.csv"]
 
 
-def test_failing_pairs_do_not_fail_the_task_and_passing_ones_pass(capsys, tmp_path):
-    result = run_module(capsys, {"results": results(slow="none"), "dest_dir": str(tmp_path)})
+def test_failing_pairs_do_not_fail_the_task_and_passing_ones_pass(run_module, tmp_path):
+    result = run_module(fabric_report, {"results": results(slow="none"), "dest_dir": str(tmp_path)})
     assert result["passed"] is True
     assert result["failing"] == []
     assert result["outliers"] == []
@@ -156,31 +147,33 @@ def test_failing_pairs_do_not_fail_the_task_and_passing_ones_pass(capsys, tmp_pa
         ({"formats": []}, "formats=[] writes nothing; choose one or more of json, csv, html"),
     ],
 )
-def test_bad_input_fails_naming_the_option(capsys, tmp_path, override, message):
+def test_bad_input_fails_naming_the_option(run_module, tmp_path, override, message):
     args = dict({"results": results(), "dest_dir": str(tmp_path / "out")}, **override)
-    result = run_module(capsys, args, expect_rc=1)
+    result = run_module(fabric_report, args, failed=True)
     assert result["failed"] is True
     assert result["msg"] == message
     assert not (tmp_path / "out").exists()
 
 
-def test_unknown_format_is_refused(capsys, tmp_path):
-    result = run_module(capsys, {"results": results(), "dest_dir": str(tmp_path), "formats": ["pdf"]}, expect_rc=1)
+def test_unknown_format_is_refused(run_module, tmp_path):
+    result = run_module(
+        fabric_report, {"results": results(), "dest_dir": str(tmp_path), "formats": ["pdf"]}, failed=True
+    )
     assert result["msg"].startswith("value of formats must be one or more of: json, csv, html. Got no match for: pdf")
 
 
-def test_dest_dir_that_is_a_file_fails(capsys, tmp_path):
+def test_dest_dir_that_is_a_file_fails(run_module, tmp_path):
     blocker = tmp_path / "reports"
     blocker.write_text("not a directory\n")
-    result = run_module(capsys, {"results": results(), "dest_dir": str(blocker)}, expect_rc=1)
+    result = run_module(fabric_report, {"results": results(), "dest_dir": str(blocker)}, failed=True)
     assert result["msg"] == f"dest_dir={blocker} exists and is not a directory; give a directory for the reports"
 
 
-def test_a_planned_pair_without_a_result_fails_as_not_measured(capsys, tmp_path):
+def test_a_planned_pair_without_a_result_fails_as_not_measured(run_module, tmp_path):
     # gpu04 dropped out: its three pairs have no results, but the schedule planned them.
     measured = [entry for entry in results(slow="none") if "gpu04" not in (entry["a"], entry["b"])]
     planned = [[a, b] for index, a in enumerate(HOSTS) for b in HOSTS[index + 1 :]]
-    result = run_module(capsys, {"results": measured, "expected_pairs": planned, "dest_dir": str(tmp_path)})
+    result = run_module(fabric_report, {"results": measured, "expected_pairs": planned, "dest_dir": str(tmp_path)})
     assert result["passed"] is False
     assert result["summary"]["pairs"] == 6
     assert result["summary"]["failing_pairs"] == 3
@@ -193,8 +186,10 @@ def test_a_planned_pair_without_a_result_fails_as_not_measured(capsys, tmp_path)
     assert all("not measured" in " ".join(pair["reasons"]) for pair in result["failing"])
 
 
-def test_expected_pairs_already_measured_change_nothing(capsys, tmp_path):
+def test_expected_pairs_already_measured_change_nothing(run_module, tmp_path):
     planned = [[b, a] for index, a in enumerate(HOSTS) for b in HOSTS[index + 1 :]]  # either order
-    result = run_module(capsys, {"results": results(slow="none"), "expected_pairs": planned, "dest_dir": str(tmp_path)})
+    result = run_module(
+        fabric_report, {"results": results(slow="none"), "expected_pairs": planned, "dest_dir": str(tmp_path)}
+    )
     assert result["passed"] is True
     assert result["summary"]["pairs"] == 6

@@ -2,33 +2,17 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for the gpu_check module, with a fake nvidia-smi that prints real captured outputs."""
 
-import json
 from pathlib import Path
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import gpu_check
+from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary
 
 FIXTURES = Path(__file__).parents[1] / "module_utils" / "fixtures" / "nvidia-smi"
 
 
-def fake_nvidia_smi(tmp_path, xml):
-    script = tmp_path / "nvidia-smi"
-    script.write_text(f'#!/bin/sh\ncat "{FIXTURES / xml}"\n')
-    script.chmod(0o755)
-    return str(script)
-
-
-def run_module(capsys, args, expect_rc=0):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        gpu_check.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
-def test_passes(capsys, tmp_path):
+def test_passes(run_module, tmp_path):
     args = {
-        "nvidia_smi_path": fake_nvidia_smi(tmp_path, "a100-sxm4-v12.xml"),
+        "nvidia_smi_path": fake_binary(tmp_path, "nvidia-smi", (FIXTURES / "a100-sxm4-v12.xml").read_text()),
         "expected_count": 1,
         "model": "A100",
         "min_memory_mib": 80000,
@@ -38,16 +22,16 @@ def test_passes(capsys, tmp_path):
         "min_pcie_gen": 4,
         "expected_bus_ids": ["00000000:01:00.0"],
     }
-    result = run_module(capsys, args)
+    result = run_module(gpu_check, args)
     assert result["changed"] is False
     assert result["mismatches"] == []
     assert result["gpu_count"] == 1
     assert result["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
 
 
-def test_fails_with_every_mismatch_one_line_each(capsys, tmp_path):
+def test_fails_with_every_mismatch_one_line_each(run_module, tmp_path):
     args = {
-        "nvidia_smi_path": fake_nvidia_smi(tmp_path, "tesla-t4.xml"),
+        "nvidia_smi_path": fake_binary(tmp_path, "nvidia-smi", (FIXTURES / "tesla-t4.xml").read_text()),
         "expected_count": 8,
         "model": "RTX 5090",
         "min_memory_mib": 32607,
@@ -55,7 +39,7 @@ def test_fails_with_every_mismatch_one_line_each(capsys, tmp_path):
         "require_persistence": True,
         "min_pcie_width": 16,
     }
-    result = run_module(capsys, args, expect_rc=1)
+    result = run_module(gpu_check, args, failed=True)
     assert result["msg"].splitlines() == [
         "expected 8 GPUs, found 1",
         "driver 515.105.01 is older than the required 570.86.15",
@@ -75,13 +59,16 @@ def test_fails_with_every_mismatch_one_line_each(capsys, tmp_path):
     assert result["gpus"][0]["name"] == "Tesla T4"
 
 
-def test_bad_model_regex(capsys, tmp_path):
-    args = {"nvidia_smi_path": fake_nvidia_smi(tmp_path, "tesla-t4.xml"), "model": "RTX ["}
-    result = run_module(capsys, args, expect_rc=1)
+def test_bad_model_regex(run_module, tmp_path):
+    args = {
+        "nvidia_smi_path": fake_binary(tmp_path, "nvidia-smi", (FIXTURES / "tesla-t4.xml").read_text()),
+        "model": "RTX [",
+    }
+    result = run_module(gpu_check, args, failed=True)
     assert result["msg"].startswith("model 'RTX [' is not a valid regular expression")
     assert result["mismatches"] == []
 
 
-def test_missing_binary(capsys, tmp_path):
-    result = run_module(capsys, {"nvidia_smi_path": str(tmp_path / "nvidia-smi"), "expected_count": 8}, expect_rc=1)
+def test_missing_binary(run_module, tmp_path):
+    result = run_module(gpu_check, {"nvidia_smi_path": str(tmp_path / "nvidia-smi"), "expected_count": 8}, failed=True)
     assert result["msg"].startswith("nvidia-smi not found at ")

@@ -2,12 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for the gpu_info module, with a fake nvidia-smi that prints real captured outputs."""
 
-import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import gpu_info
+from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary
 
 FIXTURES = Path(__file__).parents[1] / "module_utils" / "fixtures"
 NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.133"
@@ -26,22 +25,8 @@ def fake_nvidia_smi(tmp_path, xml="rtx-3060-v12.xml", topo="v100-sxm2-8gpu-mlx5.
     return str(script)
 
 
-def failing_nvidia_smi(tmp_path, text, rc=9):
-    script = tmp_path / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{text}\nEOF\nexit {rc}\n")
-    script.chmod(0o755)
-    return str(script)
-
-
-def run_module(capsys, args, expect_rc=0):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        gpu_info.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
-def test_reports_the_gpus(capsys, tmp_path):
-    result = run_module(capsys, {"nvidia_smi_path": fake_nvidia_smi(tmp_path)})
+def test_reports_the_gpus(run_module, tmp_path):
+    result = run_module(gpu_info, {"nvidia_smi_path": fake_nvidia_smi(tmp_path)})
     assert result["changed"] is False
     assert result["driver_version"] == "570.124.04"
     assert result["cuda_version"] == "12.8"
@@ -52,8 +37,8 @@ def test_reports_the_gpus(capsys, tmp_path):
     assert "topology" not in result
 
 
-def test_topology_on_request(capsys, tmp_path):
-    result = run_module(capsys, {"nvidia_smi_path": fake_nvidia_smi(tmp_path), "topology": True})
+def test_topology_on_request(run_module, tmp_path):
+    result = run_module(gpu_info, {"nvidia_smi_path": fake_nvidia_smi(tmp_path), "topology": True})
     topology = result["topology"]
     assert topology["matrix"]["GPU2"]["mlx5_0"] == "PIX"
     assert topology["matrix"]["GPU0"]["GPU3"] == "NV2"
@@ -61,23 +46,23 @@ def test_topology_on_request(capsys, tmp_path):
     assert [device["name"] for device in topology["devices"]] == [f"GPU{i}" for i in range(8)] + ["mlx5_0"]
 
 
-def test_missing_binary(capsys, tmp_path):
+def test_missing_binary(run_module, tmp_path):
     path = str(tmp_path / "bin" / "nvidia-smi")
-    result = run_module(capsys, {"nvidia_smi_path": path}, expect_rc=1)
+    result = run_module(gpu_info, {"nvidia_smi_path": path}, failed=True)
     assert result["msg"] == (
         f"nvidia-smi not found at {path}; install the NVIDIA driver (nvidia-smi ships with it) or set nvidia_smi_path"
     )
 
 
-def test_missing_binary_by_name(capsys):
-    result = run_module(capsys, {"nvidia_smi_path": "nvidia-smi-not-installed-here"}, expect_rc=1)
+def test_missing_binary_by_name(run_module):
+    result = run_module(gpu_info, {"nvidia_smi_path": "nvidia-smi-not-installed-here"}, failed=True)
     assert result["msg"].startswith("nvidia-smi not found at nvidia-smi-not-installed-here; install the NVIDIA driver")
 
 
 @pytest.mark.parametrize("text", [NVML_MISMATCH, NO_DRIVER])
-def test_driver_that_nvml_cannot_reach(capsys, tmp_path, text):
-    path = failing_nvidia_smi(tmp_path, text)
-    result = run_module(capsys, {"nvidia_smi_path": path}, expect_rc=1)
+def test_driver_that_nvml_cannot_reach(run_module, tmp_path, text):
+    path = fake_binary(tmp_path, "nvidia-smi", text + "\n", 9)
+    result = run_module(gpu_info, {"nvidia_smi_path": path}, failed=True)
     assert result["rc"] == 9
     assert result["msg"].startswith(f"{path} -q -x failed (rc 9): {' '.join(text.split())}; ")
     assert "the NVIDIA kernel driver is not loaded or does not match" in result["msg"]
@@ -85,15 +70,15 @@ def test_driver_that_nvml_cannot_reach(capsys, tmp_path, text):
     assert text.splitlines()[0] in result["stdout"]
 
 
-def test_no_devices_found(capsys, tmp_path):
+def test_no_devices_found(run_module, tmp_path):
     result = run_module(
-        capsys, {"nvidia_smi_path": failing_nvidia_smi(tmp_path, "No devices were found", rc=6)}, expect_rc=1
+        gpu_info, {"nvidia_smi_path": fake_binary(tmp_path, "nvidia-smi", "No devices were found\n", 6)}, failed=True
     )
     assert "found no GPU (rc 6): No devices were found" in result["msg"]
     assert "not loaded" not in result["msg"]
 
 
-def test_unreadable_output(capsys, tmp_path):
-    path = failing_nvidia_smi(tmp_path, "garbage", rc=0)
-    result = run_module(capsys, {"nvidia_smi_path": path}, expect_rc=1)
+def test_unreadable_output(run_module, tmp_path):
+    path = fake_binary(tmp_path, "nvidia-smi", "garbage\n", 0)
+    result = run_module(gpu_info, {"nvidia_smi_path": path}, failed=True)
     assert result["msg"].startswith(f"{path}: nvidia-smi -q -x printed no valid XML")

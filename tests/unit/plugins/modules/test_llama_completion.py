@@ -8,7 +8,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import llama_completion
 
 API_KEY = "gpufleet-test-key-7f3a9c"
@@ -92,17 +91,8 @@ def server(monkeypatch):
     thread.join(5)
 
 
-def run_module(capsys, args, expect_rc=0):
-    """Run the module; return its JSON and the raw text it printed."""
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        llama_completion.main()
-    assert (exc.value.code or 0) == expect_rc
-    out = capsys.readouterr().out
-    return json.loads(out), out
-
-
-def test_one_completion(capsys, server):
-    result, _out = run_module(capsys, {"url": server.url})
+def test_one_completion(run_module, server):
+    result = run_module(llama_completion, {"url": server.url})
     assert result.get("failed") is not True
     assert result["changed"] is False
     assert result["content"] == " Paris, run 0"
@@ -125,9 +115,9 @@ def test_one_completion(capsys, server):
     assert "Authorization" not in request["headers"]
 
 
-def test_api_key_is_a_bearer_token_and_never_printed(capsys, server):
-    result, out = run_module(
-        capsys, {"url": server.url + "/", "api_key": API_KEY, "prompt": "Hi", "n_predict": 8, "seed": 7}
+def test_api_key_is_a_bearer_token_and_never_printed(run_module, server):
+    result = run_module(
+        llama_completion, {"url": server.url + "/", "api_key": API_KEY, "prompt": "Hi", "n_predict": 8, "seed": 7}
     )
     assert result.get("failed") is not True
     [request] = server.requests
@@ -141,12 +131,12 @@ def test_api_key_is_a_bearer_token_and_never_printed(capsys, server):
         "stream": False,
         "ignore_eos": False,
     }
-    assert API_KEY not in out
+    assert API_KEY not in json.dumps(result)
     assert result["invocation"]["module_args"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
 
 
-def test_medians_over_runs(capsys, server):
-    result, _out = run_module(capsys, {"url": server.url, "runs": 3})
+def test_medians_over_runs(run_module, server):
+    result = run_module(llama_completion, {"url": server.url, "runs": 3})
     assert len(server.requests) == 3
     assert all(r["body"]["cache_prompt"] is False for r in server.requests)
     # Runs answered 300/100/200 prompt and 30/10/20 decode tokens per second.
@@ -156,61 +146,61 @@ def test_medians_over_runs(capsys, server):
     assert result["content"] == " Paris, run 2"
 
 
-def test_median_of_an_even_number_of_runs(capsys, server):
-    result, _out = run_module(capsys, {"url": server.url, "runs": 4})
+def test_median_of_an_even_number_of_runs(run_module, server):
+    result = run_module(llama_completion, {"url": server.url, "runs": 4})
     # 300, 100, 200, 250 -> (200 + 250) / 2
     assert result["prefill_tokens_per_second"] == 225.0
     assert result["decode_tokens_per_second"] == 22.5
 
 
-def test_wrong_api_key_is_http_401(capsys, server):
+def test_wrong_api_key_is_http_401(run_module, server):
     def answer(index, request):
         # llama-server's answer; echo the key to prove the module masks it.
         auth = request["headers"].get("Authorization", "")
         return 401, {"error": {"code": 401, "message": f"Invalid API Key {auth}", "type": "authentication_error"}}
 
     server.answer = answer
-    result, out = run_module(capsys, {"url": server.url, "api_key": API_KEY, "runs": 3}, expect_rc=1)
+    result = run_module(llama_completion, {"url": server.url, "api_key": API_KEY, "runs": 3}, failed=True)
     assert result["failed"] is True
     assert result["msg"].startswith(f"{server.url} answered HTTP 401: ")
     assert "authentication_error" in result["msg"]
     assert len(server.requests) == 1
-    assert API_KEY not in out
+    assert API_KEY not in json.dumps(result)
 
 
-def test_no_tokens_fails(capsys, server):
+def test_no_tokens_fails(run_module, server):
     server.answer = lambda index, request: (200, completion(index, tokens_predicted=0))
-    result, _out = run_module(capsys, {"url": server.url}, expect_rc=1)
+    result = run_module(llama_completion, {"url": server.url}, failed=True)
     assert result["msg"] == f"{server.url} returned no tokens"
     assert result["response"]["tokens_predicted"] == 0
 
 
-def test_no_tokens_on_a_later_run_fails(capsys, server):
+def test_no_tokens_on_a_later_run_fails(run_module, server):
     server.answer = lambda index, request: (200, completion(index, tokens_predicted=0 if index else 4))
-    result, _out = run_module(capsys, {"url": server.url, "runs": 3}, expect_rc=1)
+    result = run_module(llama_completion, {"url": server.url, "runs": 3}, failed=True)
     assert result["msg"] == f"{server.url} returned no tokens"
     assert len(server.requests) == 2
 
 
-def test_html_instead_of_json_fails(capsys, server):
+def test_html_instead_of_json_fails(run_module, server):
     server.answer = lambda index, request: (200, None)  # the handler sends an HTML page for None
-    result, _out = run_module(capsys, {"url": server.url}, expect_rc=1)
+    result = run_module(llama_completion, {"url": server.url}, failed=True)
     assert result["msg"].startswith(f"no completion from {server.url}: ")
     assert "Expecting value" in result["msg"]
 
 
-def test_json_that_is_not_an_object_fails_cleanly(capsys, server):
+def test_json_that_is_not_an_object_fails_cleanly(run_module, server):
     server.answer = lambda index, request: (200, ["not", "a", "completion"])
-    result, _out = run_module(capsys, {"url": server.url}, expect_rc=1)
+    result = run_module(llama_completion, {"url": server.url}, failed=True)
     assert result["msg"].startswith(server.url)
 
 
-def test_connection_refused(capsys):
+def test_connection_refused(run_module):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    result, _out = run_module(capsys, {"url": url, "api_key": API_KEY}, expect_rc=1)
+    result = run_module(llama_completion, {"url": url, "api_key": API_KEY}, failed=True)
     assert result["msg"].startswith(f"no completion from {url}: ")
     assert "Connection refused" in result["msg"]
 
@@ -223,7 +213,7 @@ def test_connection_refused(capsys):
         ({"runs": -2, "n_predict": -1}, "runs=-2 and n_predict=-1 must both be at least 1"),
     ],
 )
-def test_runs_and_n_predict_must_be_positive(capsys, server, args, msg):
-    result, _out = run_module(capsys, dict(args, url=server.url), expect_rc=1)
+def test_runs_and_n_predict_must_be_positive(run_module, server, args, msg):
+    result = run_module(llama_completion, dict(args, url=server.url), failed=True)
     assert result["msg"] == msg
     assert server.requests == []

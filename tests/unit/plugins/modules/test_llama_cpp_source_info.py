@@ -4,11 +4,9 @@
 
 import hashlib
 import io
-import json
 import tarfile
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import llama_cpp_source_info
 
 # Excerpts of common/arg.cpp and tools/rpc/CMakeLists.txt: llama.cpp 0c1e570 (as vendored in the
@@ -72,18 +70,11 @@ def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_module(capsys, args, expect_rc=0):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        llama_cpp_source_info.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
-def test_sdist_layout(capsys, tmp_path):
+def test_sdist_layout(run_module, tmp_path):
     tarball = make_tarball(
         tmp_path / "pkg-1.0.tar.gz", dict(tree("pkg-1.0/vendor/llama.cpp"), **{"pkg-1.0/setup.py": ""})
     )
-    result = run_module(capsys, {"path": str(tarball)})
+    result = run_module(llama_cpp_source_info, {"path": str(tarball)})
     assert result["changed"] is False
     assert result.get("failed") is not True
     assert result["tree"] == "pkg-1.0/vendor/llama.cpp"
@@ -91,48 +82,51 @@ def test_sdist_layout(capsys, tmp_path):
     assert result["dialect"] == NEW_DIALECT
 
 
-def test_release_layout_with_old_dialect(capsys, tmp_path):
+def test_release_layout_with_old_dialect(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "b1234.tar.gz", tree("llama.cpp-b1234", OLD_ARG_CPP, OLD_RPC))
-    result = run_module(capsys, {"path": str(tarball)})
+    result = run_module(llama_cpp_source_info, {"path": str(tarball)})
     assert result["tree"] == "llama.cpp-b1234"
     assert result["dialect"] == OLD_DIALECT
 
 
 @pytest.mark.parametrize("mode, suffix", [("w", "tar"), ("w:bz2", "tar.bz2"), ("w:xz", "tar.xz")])
-def test_other_compressions(capsys, tmp_path, mode, suffix):
+def test_other_compressions(run_module, tmp_path, mode, suffix):
     tarball = make_tarball(tmp_path / ("src." + suffix), tree("llama.cpp-b1"), mode)
-    assert run_module(capsys, {"path": str(tarball)})["tree"] == "llama.cpp-b1"
+    assert run_module(llama_cpp_source_info, {"path": str(tarball)})["tree"] == "llama.cpp-b1"
 
 
-def test_shallowest_tree_wins(capsys, tmp_path):
+def test_shallowest_tree_wins(run_module, tmp_path):
     # A vendored copy deeper in the tarball must not decide the dialect.
     files = dict(tree("llama.cpp-b2/examples/vendor/llama.cpp", OLD_ARG_CPP, OLD_RPC))
     files.update(tree("llama.cpp-b2"))
     tarball = make_tarball(tmp_path / "two.tar.gz", files)
-    result = run_module(capsys, {"path": str(tarball)})
+    result = run_module(llama_cpp_source_info, {"path": str(tarball)})
     assert result["tree"] == "llama.cpp-b2"
     assert result["dialect"] == NEW_DIALECT
 
 
-def test_shallowest_tree_wins_whatever_the_order(capsys, tmp_path):
+def test_shallowest_tree_wins_whatever_the_order(run_module, tmp_path):
     files = dict(tree("b/llama.cpp"))
     files.update(tree("a/deeper/llama.cpp", OLD_ARG_CPP, OLD_RPC))
     tarball = make_tarball(tmp_path / "two.tar.gz", files)
-    assert run_module(capsys, {"path": str(tarball)})["tree"] == "b/llama.cpp"
+    assert run_module(llama_cpp_source_info, {"path": str(tarball)})["tree"] == "b/llama.cpp"
 
 
-def test_matching_checksum(capsys, tmp_path):
+def test_matching_checksum(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "src.tar.gz", tree("llama.cpp-b1"))
     digest = sha256(tarball)
-    assert run_module(capsys, {"path": str(tarball), "checksum": "sha256:" + digest})["sha256"] == digest
+    assert run_module(llama_cpp_source_info, {"path": str(tarball), "checksum": "sha256:" + digest})["sha256"] == digest
     # The hex may be upper case, as some release pages print it.
-    assert run_module(capsys, {"path": str(tarball), "checksum": "sha256:" + digest.upper()})["sha256"] == digest
+    assert (
+        run_module(llama_cpp_source_info, {"path": str(tarball), "checksum": "sha256:" + digest.upper()})["sha256"]
+        == digest
+    )
 
 
-def test_checksum_mismatch_names_both_sums(capsys, tmp_path):
+def test_checksum_mismatch_names_both_sums(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "src.tar.gz", tree("llama.cpp-b1"))
     expected = "sha256:" + "0" * 64
-    result = run_module(capsys, {"path": str(tarball), "checksum": expected}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(tarball), "checksum": expected}, failed=True)
     assert result["failed"] is True
     assert result["msg"] == (
         f"{tarball} has sha256:{sha256(tarball)}, not the expected {expected}; "
@@ -141,56 +135,56 @@ def test_checksum_mismatch_names_both_sums(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("checksum", ["md5:abc", "sha256:", "0" * 64, "sha1:" + "0" * 40])
-def test_bad_checksum_format(capsys, tmp_path, checksum):
+def test_bad_checksum_format(run_module, tmp_path, checksum):
     tarball = make_tarball(tmp_path / "src.tar.gz", tree("llama.cpp-b1"))
-    result = run_module(capsys, {"path": str(tarball), "checksum": checksum}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(tarball), "checksum": checksum}, failed=True)
     assert result["msg"] == f"checksum={checksum!r} must look like sha256:<hex>"
 
 
-def test_no_tree(capsys, tmp_path):
+def test_no_tree(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "other.tar.gz", {"other-1.0/src/main.c": "int main(){}\n"})
-    result = run_module(capsys, {"path": str(tarball)}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(tarball)}, failed=True)
     assert result["msg"] == (f"{tarball} holds no llama.cpp tree (no common/arg.cpp inside); check llama_cpp_source")
 
 
-def test_rpc_cmakelists_alone_is_no_tree(capsys, tmp_path):
+def test_rpc_cmakelists_alone_is_no_tree(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "rpc.tar.gz", {"x/tools/rpc/CMakeLists.txt": NEW_RPC})
-    result = run_module(capsys, {"path": str(tarball)}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(tarball)}, failed=True)
     assert "holds no llama.cpp tree" in result["msg"]
 
 
-def test_not_a_tarball(capsys, tmp_path):
+def test_not_a_tarball(run_module, tmp_path):
     path = tmp_path / "src.tar.gz"
     path.write_bytes(b"<html>404 Not Found</html>\n")
-    result = run_module(capsys, {"path": str(path)}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(path)}, failed=True)
     assert result["msg"].startswith(f"{path} is not a readable tarball: ")
 
 
-def test_truncated_tarball(capsys, tmp_path):
+def test_truncated_tarball(run_module, tmp_path):
     whole = make_tarball(tmp_path / "whole.tar.gz", tree("llama.cpp-b1"))
     path = tmp_path / "cut.tar.gz"
     path.write_bytes(whole.read_bytes()[:200])
-    result = run_module(capsys, {"path": str(path)}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(path)}, failed=True)
     assert result["msg"].startswith(f"{path} is not a readable tarball: ")
 
 
-def test_missing_file(capsys, tmp_path):
+def test_missing_file(run_module, tmp_path):
     path = tmp_path / "absent.tar.gz"
-    result = run_module(capsys, {"path": str(path)}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(path)}, failed=True)
     assert result["msg"].startswith(f"cannot read the llama.cpp source {path}: ")
     assert "No such file or directory" in result["msg"]
 
 
-def test_tree_without_rpc_server(capsys, tmp_path):
+def test_tree_without_rpc_server(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "norpc.tar.gz", tree("llama.cpp-b1", rpc=None))
-    result = run_module(capsys, {"path": str(tarball)}, expect_rc=1)
+    result = run_module(llama_cpp_source_info, {"path": str(tarball)}, failed=True)
     assert result["msg"] == ("llama.cpp-b1/tools/rpc/CMakeLists.txt is missing, so this tree has no RPC server")
 
 
-def test_check_mode_gives_the_same_answer(capsys, tmp_path):
+def test_check_mode_gives_the_same_answer(run_module, tmp_path):
     tarball = make_tarball(tmp_path / "src.tar.gz", tree("llama.cpp-b1"))
-    normal = run_module(capsys, {"path": str(tarball)})
-    checked = run_module(capsys, {"path": str(tarball), "_ansible_check_mode": True})
+    normal = run_module(llama_cpp_source_info, {"path": str(tarball)})
+    checked = run_module(llama_cpp_source_info, {"path": str(tarball), "_ansible_check_mode": True})
     assert checked.get("skipped") is not True
     for key in ("changed", "sha256", "tree", "dialect"):
         assert checked[key] == normal[key]

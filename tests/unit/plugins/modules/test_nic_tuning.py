@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import nic_tuning
 
 FIXTURES = Path(__file__).parent.parent / "module_utils" / "fixtures" / "ethtool"
@@ -80,13 +79,6 @@ class FakeEthtool:
         return [argv for argv in self.calls if argv[0] in ("-G", "-L")]
 
 
-def run_module(capsys, args, expect_rc=0):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        nic_tuning.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
 def ice(tmp_path, **extra):
     return FakeEthtool(tmp_path, "ice_e810_g.txt", "ice_e810_l.txt", **extra)
 
@@ -95,9 +87,9 @@ def args_for(fake, **options):
     return dict(interface="ice0", ethtool_path=str(fake.path), **options)
 
 
-def test_matching_values_write_nothing(capsys, tmp_path):
+def test_matching_values_write_nothing(run_module, tmp_path):
     fake = ice(tmp_path)
-    result = run_module(capsys, args_for(fake, rings={"rx": 4096, "tx": 4096}, channels={"combined": 4}))
+    result = run_module(nic_tuning, args_for(fake, rings={"rx": 4096, "tx": 4096}, channels={"combined": 4}))
     assert result["changed"] is False
     assert result["link_reset"] is False
     assert result["commands"] == []
@@ -107,9 +99,9 @@ def test_matching_values_write_nothing(capsys, tmp_path):
     assert result["channels"]["max"] == {"rx": 16, "tx": 16, "other": 1, "combined": 16}
 
 
-def test_rx_max_writes_one_set_ring_and_verifies_it(capsys, tmp_path):
+def test_rx_max_writes_one_set_ring_and_verifies_it(run_module, tmp_path):
     fake = ice(tmp_path)
-    result = run_module(capsys, args_for(fake, rings={"rx": "max", "tx": 4096}))
+    result = run_module(nic_tuning, args_for(fake, rings={"rx": "max", "tx": 4096}))
     assert result["changed"] is True
     assert result["link_reset"] is True
     assert fake.writes == [["-G", "ice0", "rx", "8160"]]
@@ -120,24 +112,24 @@ def test_rx_max_writes_one_set_ring_and_verifies_it(capsys, tmp_path):
     assert [argv[0] for argv in fake.calls] == ["-g", "-l", "-G", "-g"]
 
 
-def test_combined_channels_write_one_set_channels(capsys, tmp_path):
+def test_combined_channels_write_one_set_channels(run_module, tmp_path):
     fake = ice(tmp_path)
-    result = run_module(capsys, args_for(fake, channels={"combined": 16, "other": 1}))
+    result = run_module(nic_tuning, args_for(fake, channels={"combined": 16, "other": 1}))
     assert result["changed"] is True
     assert fake.writes == [["-L", "ice0", "combined", "16"]]
     assert result["channels"]["current"]["combined"] == 16
 
 
-def test_write_that_does_not_take_fails_naming_the_field(capsys, tmp_path):
+def test_write_that_does_not_take_fails_naming_the_field(run_module, tmp_path):
     fake = ice(tmp_path, ignore_writes=True)
-    result = run_module(capsys, args_for(fake, rings={"rx": 8000}), expect_rc=1)
+    result = run_module(nic_tuning, args_for(fake, rings={"rx": 8000}), failed=True)
     assert result["failed"] is True
     assert "-G ice0 rx 8000 did not take: rings.rx is 4096, expected 8000" in result["msg"]
     assert "round" in result["msg"]
     assert result["link_reset"] is True
 
 
-def test_failed_write_carries_rc_and_stderr(capsys, tmp_path):
+def test_failed_write_carries_rc_and_stderr(run_module, tmp_path):
     fake = FakeEthtool(
         tmp_path,
         "veth_g.stderr",
@@ -145,16 +137,16 @@ def test_failed_write_carries_rc_and_stderr(capsys, tmp_path):
         write_rc=1,
         write_stderr=str(FIXTURES / "veth_L_rx3.stderr"),
     )
-    result = run_module(capsys, dict(interface="vt0", ethtool_path=str(fake.path), channels={"rx": 2}), expect_rc=1)
+    result = run_module(nic_tuning, dict(interface="vt0", ethtool_path=str(fake.path), channels={"rx": 2}), failed=True)
     assert result["rc"] == 1
     assert "requested channel count exceeds maximum" in result["stderr"]
     assert result["msg"].startswith(f"{fake.path} -L vt0 rx 2 failed (rc=1): netlink error:")
 
 
-def test_veth_rings_unsupported_channels_still_handled(capsys, tmp_path):
+def test_veth_rings_unsupported_channels_still_handled(run_module, tmp_path):
     fake = FakeEthtool(tmp_path, "veth_g.stderr", "veth_l.txt")
     args = dict(interface="vt0", ethtool_path=str(fake.path), rings={"rx": "max"}, channels={"rx": "max", "tx": 2})
-    result = run_module(capsys, args)
+    result = run_module(nic_tuning, args)
     assert result["rings"]["supported"] is False
     assert result["rings"]["reason"] == "netlink error: Operation not supported"
     assert result["rings"]["max"] is None
@@ -164,33 +156,33 @@ def test_veth_rings_unsupported_channels_still_handled(capsys, tmp_path):
     assert result["changed"] is True
 
 
-def test_unsupported_part_not_requested_is_only_reported(capsys, tmp_path):
+def test_unsupported_part_not_requested_is_only_reported(run_module, tmp_path):
     fake = FakeEthtool(tmp_path, "veth_g.stderr", "veth_l.txt")
-    result = run_module(capsys, dict(interface="vt0", ethtool_path=str(fake.path)))
+    result = run_module(nic_tuning, dict(interface="vt0", ethtool_path=str(fake.path)))
     assert result["changed"] is False
     assert result["rings"]["supported"] is False
     assert result["unsupported"] == []
 
 
-def test_parameters_the_nic_lacks_are_skipped(capsys, tmp_path):
+def test_parameters_the_nic_lacks_are_skipped(run_module, tmp_path):
     fake = ice(tmp_path)
-    result = run_module(capsys, args_for(fake, rings={"rx-jumbo": 4096, "rx": 4096}))
+    result = run_module(nic_tuning, args_for(fake, rings={"rx-jumbo": 4096, "rx": 4096}))
     assert result["changed"] is False
     assert result["unsupported"] == ["rings.rx-jumbo: not supported by the NIC (maximum is n/a)"]
     assert fake.writes == []
 
 
-def test_value_above_the_maximum_fails_before_any_write(capsys, tmp_path):
+def test_value_above_the_maximum_fails_before_any_write(run_module, tmp_path):
     fake = ice(tmp_path)
-    result = run_module(capsys, args_for(fake, rings={"rx": 9000}, channels={"combined": 8}), expect_rc=1)
+    result = run_module(nic_tuning, args_for(fake, rings={"rx": 9000}, channels={"combined": 8}), failed=True)
     assert result["msg"] == "ice0: rings.rx=9000 is above the NIC's maximum 8160; use at most 8160 or 'max'"
     assert fake.writes == []
 
 
-def test_check_mode_plans_without_writing(capsys, tmp_path):
+def test_check_mode_plans_without_writing(run_module, tmp_path):
     fake = ice(tmp_path)
     args = args_for(fake, rings={"rx": "max", "tx": "max"}, channels={"combined": 8}, _ansible_check_mode=True)
-    result = run_module(capsys, args)
+    result = run_module(nic_tuning, args)
     assert result["changed"] is True
     assert result["link_reset"] is True
     assert result["commands"] == [
@@ -209,21 +201,21 @@ def test_check_mode_plans_without_writing(capsys, tmp_path):
         ({"channels": {"queues": 4}}, "channels.queues is not a channels parameter; use rx, tx, other, combined"),
     ],
 )
-def test_bad_option_values_fail_naming_the_option(capsys, tmp_path, options, message):
+def test_bad_option_values_fail_naming_the_option(run_module, tmp_path, options, message):
     fake = ice(tmp_path)
-    result = run_module(capsys, args_for(fake, **options), expect_rc=1)
+    result = run_module(nic_tuning, args_for(fake, **options), failed=True)
     assert result["msg"] == message
     assert fake.calls == []
 
 
-def test_missing_interface_fails_with_ethtool_output(capsys, tmp_path):
+def test_missing_interface_fails_with_ethtool_output(run_module, tmp_path):
     fake = FakeEthtool(tmp_path, "nosuch0_g.stderr", "veth_l.txt")
-    result = run_module(capsys, dict(interface="nosuch0", ethtool_path=str(fake.path)), expect_rc=1)
+    result = run_module(nic_tuning, dict(interface="nosuch0", ethtool_path=str(fake.path)), failed=True)
     assert result["rc"] == 1
     assert "no device matches name" in result["stderr"]
     assert "check that interface 'nosuch0' exists" in result["msg"]
 
 
-def test_missing_ethtool_fails(capsys, tmp_path):
-    result = run_module(capsys, dict(interface="ice0", ethtool_path=str(tmp_path / "nope")), expect_rc=1)
+def test_missing_ethtool_fails(run_module, tmp_path):
+    result = run_module(nic_tuning, dict(interface="ice0", ethtool_path=str(tmp_path / "nope")), failed=True)
     assert "ethtool not found" in result["msg"]

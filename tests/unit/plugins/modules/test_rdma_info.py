@@ -2,14 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for the rdma_info module, run against a fake sysfs and a fake ibv_devinfo."""
 
-import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import _internal as ansible_internal
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import rdma_info
+from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary, warned
 
 FIXTURES = Path(__file__).parents[1] / "module_utils" / "fixtures" / "ibv_devinfo"
 LINK_LOCAL = "fe80:0000:0000:0000:5e25:73ff:fe94:212a"
@@ -52,39 +49,8 @@ def fake_sysfs(tmp_path, state="4: ACTIVE", phys_state="5: LinkUp", gids=None):
     return str(root)
 
 
-def fake_ibv_devinfo(tmp_path, body):
-    """An executable that records its arguments in ibv_devinfo.args, then runs ``body``."""
-    path = tmp_path / "ibv_devinfo"
-    path.write_text(f'#!/bin/sh\necho "$@" > "{path}.args"\n{body}\n')
-    path.chmod(0o755)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def fresh_warnings(monkeypatch):
-    """module.warn() collects into a process-wide dict, and goes to the display instead once any
-    controller code has been imported in this process: start every test as a module with none."""
-    monkeypatch.setattr(ansible_internal, "is_controller", False)
-    monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
-
-
-def warned(result):
-    """The messages of the Ansible warnings of a result (ansible-core 2.19 returns them as events)."""
-    return [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
-
-
-def run_module(capsys, args, failed=False):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        rdma_info.main()
-    result = json.loads(capsys.readouterr().out)
-    assert (exc.value.code or 0) == (1 if failed else 0)
-    assert bool(result.get("failed")) is failed
-    assert result.get("changed", False) is False
-    return result
-
-
-def test_devices_without_selection(capsys, tmp_path):
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), "_ansible_check_mode": True})
+def test_devices_without_selection(run_module, tmp_path):
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), "_ansible_check_mode": True})
     assert result["selected"] is None
     assert result["selection_problem"] == ""
     (device,) = result["devices"]
@@ -110,9 +76,9 @@ def test_devices_without_selection(capsys, tmp_path):
     ]
 
 
-def test_select_by_netdev_and_address(capsys, tmp_path):
+def test_select_by_netdev_and_address(run_module, tmp_path):
     args = {"sysfs_root": fake_sysfs(tmp_path), "netdev": "bond0", "address": "10.0.0.12"}
-    result = run_module(capsys, args)
+    result = run_module(rdma_info, args)
     assert result["selected"] == {
         "device": "mlx5_bond_0",
         "port": 1,
@@ -128,9 +94,9 @@ def test_select_by_netdev_and_address(capsys, tmp_path):
     assert warned(result) == []
 
 
-def test_no_match_fails_with_the_listing(capsys, tmp_path):
+def test_no_match_fails_with_the_listing(run_module, tmp_path):
     args = {"sysfs_root": fake_sysfs(tmp_path), "netdev": "bond0", "address": "10.0.0.11"}
-    result = run_module(capsys, args, failed=True)
+    result = run_module(rdma_info, args, failed=True)
     assert result["msg"] == (
         "no RoCE v2 GID for bond0 with 10.0.0.11: "
         "mlx5_bond_0 port 1 (bond0, ACTIVE) has RoCE v2 GIDs for fe80::5e25:73ff:fe94:212a, 10.0.0.12"
@@ -138,16 +104,16 @@ def test_no_match_fails_with_the_listing(capsys, tmp_path):
     assert result["devices"][0]["name"] == "mlx5_bond_0"
 
 
-def test_no_match_without_requiring_one(capsys, tmp_path):
+def test_no_match_without_requiring_one(run_module, tmp_path):
     args = {"sysfs_root": fake_sysfs(tmp_path), "address": "10.0.0.11", "require_selection": False}
-    result = run_module(capsys, args)
+    result = run_module(rdma_info, args)
     assert result["selected"] is None
     assert result["selection_problem"].startswith("no RoCE v2 GID with 10.0.0.11: mlx5_bond_0 port 1 ")
 
 
-def test_down_port_is_selected_with_a_warning(capsys, tmp_path):
+def test_down_port_is_selected_with_a_warning(run_module, tmp_path):
     args = {"sysfs_root": fake_sysfs(tmp_path, state="1: DOWN", phys_state="3: Disabled"), "netdev": "bond0"}
-    result = run_module(capsys, args)
+    result = run_module(rdma_info, args)
     assert (result["selected"]["gid_index"], result["selected"]["port_state"]) == (3, "DOWN")
     problem = (
         "no ACTIVE port has a matching RoCE v2 GID; selected mlx5_bond_0 port 1, which is DOWN (Disabled): "
@@ -158,10 +124,10 @@ def test_down_port_is_selected_with_a_warning(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("netdev", [None, "bond0"])
-def test_no_infiniband_class(capsys, tmp_path, netdev):
+def test_no_infiniband_class(run_module, tmp_path, netdev):
     (tmp_path / "sys" / "class" / "net" / "bond0").mkdir(parents=True)
     args = {"sysfs_root": str(tmp_path / "sys"), "netdev": netdev}
-    result = run_module(capsys, args, failed=netdev is not None)
+    result = run_module(rdma_info, args, failed=netdev is not None)
     assert result["devices"] == []
     if netdev:
         assert result["msg"] == (
@@ -196,51 +162,52 @@ def test_no_infiniband_class(capsys, tmp_path, netdev):
         ("ibv_devinfo_path", "", "ibv_devinfo_path must be a command name or a path, got an empty string"),
     ],
 )
-def test_malformed_options_fail_naming_the_option(capsys, tmp_path, option, value, message):
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), option: value}, failed=True)
+def test_malformed_options_fail_naming_the_option(run_module, tmp_path, option, value, message):
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), option: value}, failed=True)
     assert result["msg"] == message
 
 
-def test_malformed_bool_fails_naming_the_option(capsys, tmp_path):
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), "require_selection": "maybe"}, failed=True)
+def test_malformed_bool_fails_naming_the_option(run_module, tmp_path):
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), "require_selection": "maybe"}, failed=True)
     assert "require_selection" in result["msg"]
 
 
-def test_ibv_devinfo_agreeing(capsys, tmp_path):
-    binary = fake_ibv_devinfo(tmp_path, f'cat "{FIXTURES / "connectx7-mlx5_bond_0.txt"}"')
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": str(binary)})
+def test_ibv_devinfo_agreeing(run_module, tmp_path):
+    binary = fake_binary(tmp_path, "ibv_devinfo", (FIXTURES / "connectx7-mlx5_bond_0.txt").read_text())
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": str(binary)})
     assert (tmp_path / "ibv_devinfo.args").read_text() == "-v\n"
     assert warned(result) == []
     assert result["devices"][0]["fw_ver"] == "28.39.1002"
 
 
-def test_ibv_devinfo_disagreeing_warns(capsys, tmp_path):
+def test_ibv_devinfo_disagreeing_warns(run_module, tmp_path):
     text = (FIXTURES / "connectx7-mlx5_bond_0.txt").read_text().replace("28.39.1002", "28.43.2026")
-    (tmp_path / "devinfo.txt").write_text(text)
-    binary = fake_ibv_devinfo(tmp_path, f'cat "{tmp_path / "devinfo.txt"}"')
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": str(binary)})
+    binary = fake_binary(tmp_path, "ibv_devinfo", text)
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": str(binary)})
     assert warned(result) == ["mlx5_bond_0: sysfs fw_ver is 28.39.1002 but ibv_devinfo reports 28.43.2026"]
 
 
-def test_ibv_devinfo_failure(capsys, tmp_path):
-    binary = fake_ibv_devinfo(tmp_path, 'echo "Failed to get IB devices list: Function not implemented" >&2\nexit 255')
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": str(binary)}, failed=True)
+def test_ibv_devinfo_failure(run_module, tmp_path):
+    binary = fake_binary(
+        tmp_path, "ibv_devinfo", rc=255, stderr="Failed to get IB devices list: Function not implemented\n"
+    )
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": str(binary)}, failed=True)
     assert result["msg"] == f"{binary} -v failed (rc 255): Failed to get IB devices list: Function not implemented"
     assert result["rc"] == 255
 
 
-def test_ibv_devinfo_missing_path_fails(capsys, tmp_path):
+def test_ibv_devinfo_missing_path_fails(run_module, tmp_path):
     missing = str(tmp_path / "bin" / "ibv_devinfo")
-    result = run_module(capsys, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": missing}, failed=True)
+    result = run_module(rdma_info, {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": missing}, failed=True)
     assert result["msg"] == (
         f"ibv_devinfo_path {missing} is not an executable file; install it (ibverbs-utils on Debian and Ubuntu, "
         "libibverbs-utils on RHEL) or leave ibv_devinfo_path unset"
     )
 
 
-def test_ibv_devinfo_name_not_in_path_warns(capsys, tmp_path):
+def test_ibv_devinfo_name_not_in_path_warns(run_module, tmp_path):
     args = {"sysfs_root": fake_sysfs(tmp_path), "ibv_devinfo_path": "gpufleet-no-such-ibv_devinfo"}
-    result = run_module(capsys, args)
+    result = run_module(rdma_info, args)
     assert warned(result) == [
         "gpufleet-no-such-ibv_devinfo not found in PATH, devices not cross-checked; install it "
         "(ibverbs-utils on Debian and Ubuntu, libibverbs-utils on RHEL)"
@@ -248,8 +215,8 @@ def test_ibv_devinfo_name_not_in_path_warns(capsys, tmp_path):
     assert result["devices"][0]["fw_ver"] == "28.39.1002"
 
 
-def test_ibv_devinfo_not_run_without_devices(capsys, tmp_path):
-    binary = fake_ibv_devinfo(tmp_path, "exit 1")
-    result = run_module(capsys, {"sysfs_root": str(tmp_path / "nosys"), "ibv_devinfo_path": str(binary)})
+def test_ibv_devinfo_not_run_without_devices(run_module, tmp_path):
+    binary = fake_binary(tmp_path, "ibv_devinfo", rc=1)
+    result = run_module(rdma_info, {"sysfs_root": str(tmp_path / "nosys"), "ibv_devinfo_path": str(binary)})
     assert result["devices"] == []
     assert not (tmp_path / "ibv_devinfo.args").exists()

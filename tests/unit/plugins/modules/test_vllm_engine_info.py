@@ -2,13 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """vllm_engine_info against a local HTTP server that serves a real vLLM /metrics capture."""
 
-import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.inference.plugins.modules import vllm_engine_info
 
 CAPTURE = Path(__file__).parents[1] / "module_utils" / "fixtures" / "vllm" / "metrics-0.32.0-cpu-pp2.txt"
@@ -44,15 +42,8 @@ def server(monkeypatch):
     thread.join(5)
 
 
-def run_module(capsys, args, expect_rc=0):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        vllm_engine_info.main()
-    assert (exc.value.code or 0) == expect_rc
-    return json.loads(capsys.readouterr().out)
-
-
-def test_reads_the_kv_cache_of_the_engine(capsys, server):
-    result = run_module(capsys, {"url": server.url + "/"})
+def test_reads_the_kv_cache_of_the_engine(run_module, server):
+    result = run_module(vllm_engine_info, {"url": server.url + "/"})
     assert server.paths == ["/metrics"]
     assert result["changed"] is False
     assert result["block_size"] == 128
@@ -60,14 +51,14 @@ def test_reads_the_kv_cache_of_the_engine(capsys, server):
     assert result["requests_running"] == 0
 
 
-def test_an_http_error_names_the_url(capsys, server):
+def test_an_http_error_names_the_url(run_module, server):
     server.answer = (503, b"not ready")
-    result = run_module(capsys, {"url": server.url}, expect_rc=1)
+    result = run_module(vllm_engine_info, {"url": server.url}, failed=True)
     assert result["failed"] is True
     assert f"GET {server.url}/metrics answered 503" in result["msg"]
 
 
-def test_a_server_that_is_not_vllm_is_refused(capsys, server):
+def test_a_server_that_is_not_vllm_is_refused(run_module, server):
     server.answer = (200, b"process_cpu_seconds_total 1.0\n")
-    result = run_module(capsys, {"url": server.url}, expect_rc=1)
+    result = run_module(vllm_engine_info, {"url": server.url}, failed=True)
     assert "no vllm:cache_config_info" in result["msg"]

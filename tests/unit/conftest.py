@@ -1,0 +1,102 @@
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared plumbing for the unit tests: run a module as Ansible runs it, and build the fakes they read.
+
+Fixtures (pytest finds them here, under `ansible-test units` and under `pytest tests/unit` alike):
+``run_module`` and ``fresh_warnings``. Plain helpers, imported as
+``from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary, pci_sysfs, warned``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.module_utils import _internal as ansible_internal
+from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils.testing import patch_module_args
+
+READ_ONLY_FRAGMENT = "gpufleet.inference.read_only"
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """module.warn() collects into a process-wide dict, and goes to the display instead once any
+    controller code has been imported in this process: start every test as a module with none."""
+    monkeypatch.setattr(ansible_internal, "is_controller", False)
+    monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
+
+
+def _read_only(module) -> bool:
+    """Whether the module's DOCUMENTATION declares it never changes anything."""
+    fragments = yaml.safe_load(module.DOCUMENTATION).get("extends_documentation_fragment") or []
+    return READ_ONLY_FRAGMENT in ([fragments] if isinstance(fragments, str) else fragments)
+
+
+@pytest.fixture
+def run_module(capsys, fresh_warnings):
+    """``run_module(module, args, *, failed=False, check_mode=False)``: run ``module.main()`` with
+    ``args`` as Ansible passes them and return the JSON result it printed.
+
+    It asserts the exit code and ``failed`` agree with ``failed``, and that a module documented as
+    read-only (the read_only fragment) reports no change.
+    """
+
+    def run(module, args, *, failed=False, check_mode=False):
+        if check_mode:
+            args = {**args, "_ansible_check_mode": True}
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            module.main()
+        result = json.loads(capsys.readouterr().out)
+        assert bool(result.get("failed")) is failed, result
+        assert (exc.value.code or 0) == (1 if failed else 0), result
+        if _read_only(module):
+            assert result.get("changed", False) is False, result
+        return result
+
+    return run
+
+
+def warned(result) -> list[str]:
+    """The messages of the Ansible warnings of a result (ansible-core 2.19 returns them as events)."""
+    return [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
+
+
+def fake_binary(tmp_path: Path, name: str, stdout: str = "", rc: int = 0, *, stderr: str = "") -> str:
+    """An executable ``tmp_path/name`` that prints ``stdout`` (and ``stderr``) exactly and exits ``rc``.
+
+    Each call appends its arguments as one line to ``tmp_path/<name>.args``, so a test can check what
+    ran and that nothing ran (the file is absent). Returns the path as a string, as a module takes it.
+    """
+    path = tmp_path / name
+    (tmp_path / f"{name}.stdout").write_text(stdout)
+    (tmp_path / f"{name}.stderr").write_text(stderr)
+    quoted = shlex.quote(str(path))
+    path.write_text(
+        f'#!/bin/sh\necho "$@" >> {quoted}.args\ncat {quoted}.stdout\ncat {quoted}.stderr >&2\nexit {int(rc)}\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def pci_sysfs(tmp_path: Path, devices: dict, drivers: dict | None = None) -> Path:
+    """A sysfs root with ``bus/pci/devices/<address>/<attribute>`` files as the kernel shows them.
+
+    ``devices`` maps a PCI address to its attributes ({"vendor": "0x10de", "class": "0x030000", ...});
+    ``drivers`` maps an address to the driver bound to it (a ``driver`` symlink into bus/pci/drivers).
+    """
+    root = tmp_path / "sys"
+    (root / "bus" / "pci" / "devices").mkdir(parents=True)
+    for address, attributes in devices.items():
+        device = root / "bus" / "pci" / "devices" / address
+        device.mkdir()
+        for attribute, value in attributes.items():
+            (device / attribute).write_text(value + "\n")
+    for address, driver in (drivers or {}).items():
+        target = root / "bus" / "pci" / "drivers" / driver
+        target.mkdir(parents=True, exist_ok=True)
+        (root / "bus" / "pci" / "devices" / address / "driver").symlink_to(target)
+    return root
