@@ -74,6 +74,9 @@ def test_bad_input_is_refused_with_a_clear_message(results, case):
     # A secret is described, never echoed.
     for name in case.get("secret", []):
         assert str(case["vars"][name]) not in result["msg"], f"{case['id']}: the message shows {name}"
+    # Parts of a value that must never be shown, such as the password inside a URL.
+    shown = [text for text in case.get("forbid", []) if text in result["msg"]]
+    assert not shown, f"{case['id']}: the message shows {shown}:\n{result['msg']}"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.get("accept")], ids=case_id)
