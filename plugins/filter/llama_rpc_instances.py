@@ -16,9 +16,13 @@ description:
     C(host:port) endpoint the coordinator's C(--rpc) uses.
   - With O(per_device), there is one server per device, on consecutive ports from O(port).
     Devices default to C(CUDA0..CUDA<n-1>) for the O(gpu_count) GPUs found.
+  - With O(threads), each entry also carries C(argv), the RPC server's arguments (without the
+    binary): C(--host), C(--port), C(--threads), C(--device) and C(--cache), then O(extra_args).
   - Fails, naming the variable and the fix, when the bind address is not an IP, is the
     unspecified address, or is outside the fabric subnet, when a device is not a ggml device name,
-    and when an allowed source is not an IP address.
+    when an allowed source is not an IP address, and when an extra argument is a flag the role
+    sets, holds a control character, or is not listed by the deployed binary's C(--help)
+    (O(flags)), naming the closest real flag.
 options:
   _input:
     description: The address the servers bind to, the node's fabric address.
@@ -52,6 +56,24 @@ options:
     type: list
     elements: str
     default: []
+  threads:
+    description: C(--threads) of each server; without it, no C(argv) is returned.
+    type: int
+  cache:
+    description: Pass C(--cache).
+    type: bool
+    default: false
+  extra_args:
+    description: Further arguments of each server (C(llama_rpc_extra_args)).
+    type: list
+    elements: str
+    default: []
+  flags:
+    description:
+      - The flags of the RPC server being deployed, as M(gpufleet.inference.llama_cpp_help_flags)
+        reads them from its C(--help) (the C(llama_cpp_rpc_server_flags) fact). Empty or C(none)
+        skips that check, while the build is not installed yet.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -75,6 +97,10 @@ _value:
     endpoint:
       description: C(address:port) for C(--rpc).
       type: str
+    argv:
+      description: The server's arguments, without the binary; only with O(threads).
+      type: list
+      elements: str
 """
 
 from ansible.errors import AnsibleFilterError
@@ -85,10 +111,14 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp impo
     format_problems,
     rpc_endpoint,
     rpc_instances,
+    rpc_server_argv,
 )
 
 
-def llama_rpc_instances(address, port, per_device=False, devices=None, gpu_count=0, subnet="", sources=None):
+def llama_rpc_instances(
+    address, port, per_device=False, devices=None, gpu_count=0, subnet="", sources=None,
+    threads=None, cache=False, extra_args=None, flags=None,
+):  # fmt: skip
     problem = check_fabric_address("llama_rpc_bind_address", address, subnet)
     if problem:
         raise AnsibleFilterError(problem)
@@ -110,8 +140,13 @@ def llama_rpc_instances(address, port, per_device=False, devices=None, gpu_count
     instances = rpc_instances(devices or [], per_device, gpu_count, port)
     if instances[-1]["port"] > 65535:
         raise AnsibleFilterError("llama_rpc_port=%s leaves no room for %d servers" % (port, len(instances)))
+    problems = []
     for instance in instances:
         instance["endpoint"] = rpc_endpoint(address, instance["port"])
+        if threads is not None:
+            instance["argv"], problems = rpc_server_argv(instance, address, threads, cache, extra_args, flags)
+    if problems:
+        raise AnsibleFilterError("llama_rpc_worker settings are invalid:\n%s" % format_problems(problems))
     return instances
 
 

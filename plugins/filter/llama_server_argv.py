@@ -17,7 +17,8 @@ description:
     M(gpufleet.inference.llama_cpp_source_info)).
   - Fails with one line per problem, naming the variable, the bad value and the fix, for example
     a bare C(-fa) where C(-fa) takes V(on|off|auto), C(--no-mmap) on a C(--load-mode) build, a
-    worker endpoint outside the fabric subnet, or a coordinator without workers.
+    flag the deployed build's C(--help) does not list (O(flags)), a worker endpoint outside the
+    fabric subnet, or a coordinator without workers.
 options:
   _input:
     description:
@@ -48,6 +49,13 @@ options:
     description: The fabric subnet every worker address must be in; empty skips the check.
     type: str
     default: ""
+  flags:
+    description:
+      - The flags of the llama-server being deployed, as M(gpufleet.inference.llama_cpp_help_flags)
+        reads them from its C(--help) (the C(llama_cpp_server_flags) fact). Every flag in
+        C(extra_args) must be one of them; the message names the closest real flag. Empty or
+        C(none) skips the check, while the build is not installed yet.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -73,7 +81,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp impo
 )
 
 
-def llama_server_argv(settings, dialect, workers, endpoints, addresses, subnet=""):
+def llama_server_argv(settings, dialect, workers, endpoints, addresses, subnet="", flags=None):
     problems = []
     if not workers:
         problems.append(
@@ -93,7 +101,7 @@ def llama_server_argv(settings, dialect, workers, endpoints, addresses, subnet="
                 problems.append(problem)
         rpc += worker_endpoints or []
     settings = dict(settings, rpc=rpc)
-    argv, more = server_argv(settings, dialect)
+    argv, more = server_argv(settings, dialect, flags)
     problems += more
     if problems:
         raise AnsibleFilterError("llama_server settings are invalid:\n%s" % format_problems(problems))

@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import difflib
 import ipaddress
 import re
 
@@ -50,6 +51,102 @@ MANAGED_FLAGS = {
     "-fa": "llama_server_flash_attn",
     "--flash-attn": "llama_server_flash_attn",
 }
+
+
+# Flags the llama_rpc_worker role owns (tools/rpc/rpc-server.cpp, print_usage).
+RPC_MANAGED_FLAGS = {
+    "-H": "llama_rpc_bind_address",
+    "--host": "llama_rpc_bind_address",
+    "-p": "llama_rpc_port",
+    "--port": "llama_rpc_port",
+    "-t": "llama_rpc_threads",
+    "--threads": "llama_rpc_threads",
+    "-d": "llama_rpc_devices",
+    "--device": "llama_rpc_devices",
+    "-c": "llama_rpc_cache",
+    "--cache": "llama_rpc_cache",
+}
+
+# An option line of --help: llama-server's (common/arg.cpp, common_params_print_usage) starts at
+# column 0, rpc-server's (tools/rpc/rpc-server.cpp, print_usage) after two spaces; description
+# continuation lines are indented far deeper, so they never match.
+_HELP_OPTION = re.compile(r"^ {0,4}(-[^\s,].*)$")
+_FLAG = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_NUMBER = re.compile(r"^-(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\Z")
+
+
+def help_flags(help_text):
+    """The flags a llama.cpp binary's --help lists: {flag: takes_value}.
+
+    An option line is its spellings separated by commas, then an optional placeholder for the
+    value (``N``, ``FNAME``, ``[on|off|auto]``, ``<dev1,dev2,...>``), then the description after
+    a run of spaces: ``-ngl,  --gpu-layers, --n-gpu-layers N      max. number of layers...``.
+    """
+    flags = {}
+    for line in (help_text or "").splitlines():
+        match = _HELP_OPTION.match(line.rstrip())
+        if not match:
+            continue
+        head = re.split(r"\s{2,}(?=[^-\s])", match.group(1), maxsplit=1)[0]
+        spellings, takes_value = [], False
+        for part in head.split(","):
+            words = part.split()
+            if not words or not _FLAG.match(words[0]):
+                break
+            spellings.append(words[0])
+            if len(words) > 1:
+                # A placeholder follows the last spelling; it may hold commas (<dev1,dev2,...>).
+                takes_value = True
+                break
+        for flag in spellings:
+            flags[flag] = takes_value
+    return flags
+
+
+def check_flags(args, flags, variable, managed=None, binary="llama-server"):
+    """Problems for pass-through arguments that the build's --help does not list.
+
+    args: the list (llama_server_extra_args, llama_rpc_extra_args); flags: help_flags() of the
+    binary being deployed; managed: {flag: variable} the role sets itself (refused elsewhere, with
+    their own message, and skipped here). ``--flag=value`` counts as ``--flag``; the word after a
+    flag that takes a value is that value, never a flag; so is a negative number there.
+    """
+    managed = managed or {}
+    problems = []
+    # What the previous word leaves for this one: "value" (it is a value), "maybe" (an unknown
+    # flag came before: a word without a dash is taken as its value), or None.
+    pending = None
+    for index, raw in enumerate(args):
+        word = str(raw)
+        is_flag = word.startswith("-") and not _NUMBER.match(word)
+        if pending == "value" or (pending == "maybe" and not is_flag):
+            pending = None
+            continue
+        pending = None
+        if not is_flag:
+            previous = str(args[index - 1]) if index else ""
+            problems.append(
+                "%s[%d]=%r is not a flag, and %s; put each flag first, then its value as the next item"
+                % (variable, index, word, "%s takes no value" % previous if previous else "it comes first")
+            )
+            continue
+        flag, sep, _value = word.partition("=")
+        if flag in flags or flag in managed:
+            pending = "value" if not sep and flags.get(flag, False) else None
+            continue
+        close = difflib.get_close_matches(flag, list(flags), n=1, cutoff=0.6)
+        if close and close[0] in managed:
+            hint = "the closest real flag is %s, which the role sets from %s" % (close[0], managed[close[0]])
+        elif close:
+            hint = "the closest real flag is %s" % close[0]
+        else:
+            hint = "see `%s --help` for the flags it takes" % binary
+        problems.append(
+            "%s[%d]=%r: %s is not a flag of the %s being deployed (its --help does not list it); %s"
+            % (variable, index, word, flag, binary, hint)
+        )
+        pending = None if sep else "maybe"
+    return problems
 
 
 def cuda_architecture(compute_cap):
@@ -96,11 +193,13 @@ def _int_like(value):
     return isinstance(value, str) and re.match(r"^-?\d+\Z", value) is not None
 
 
-def server_argv(settings, dialect):
+def server_argv(settings, dialect, flags=None):
     """Validate the llama_server settings against a dialect and build llama-server's arguments.
 
     settings: model_path, rpc (list of 'host:port'), host, port, n_gpu_layers, n_cpu_moe,
     override_tensor (list), ctx_size, parallel, load_mode, flash_attn, extra_args (list).
+    flags: help_flags() of the llama-server being deployed, or None while it is not installed;
+    extra_args are checked against it.
     Returns (argv, problems); argv is only meaningful when problems is empty.
     """
     problems = []
@@ -153,6 +252,8 @@ def server_argv(settings, dialect):
     problems += _flash_attn(settings.get("flash_attn"), dialect, argv)
     problems += _load_mode(settings.get("load_mode"), dialect, argv)
     problems += _extra_args(settings.get("extra_args") or [], dialect, argv)
+    if flags and isinstance(settings.get("extra_args"), list):
+        problems += check_flags(settings["extra_args"], flags, "llama_server_extra_args", MANAGED_FLAGS)
     problems += _control_characters(settings)
     return argv, problems
 
@@ -280,6 +381,36 @@ def rpc_instances(devices, per_device, gpu_count, base_port):
     if not per_device or not devices:
         return [{"port": int(base_port), "device": ",".join(devices or [])}]
     return [{"port": int(base_port) + i, "device": device} for i, device in enumerate(devices)]
+
+
+def rpc_server_argv(instance, address, threads, cache=False, extra_args=None, flags=None):
+    """The RPC server's arguments for one planned instance, and the problems of extra_args
+    (llama_rpc_extra_args): not a list, a flag the role sets, a control character, or, when the
+    flags of the deployed binary are known (help_flags()), a flag its --help does not list."""
+    argv = ["--host", str(address), "--port", str(instance["port"]), "--threads", str(threads)]
+    if instance.get("device"):
+        argv += ["--device", instance["device"]]
+    if cache:
+        argv.append("--cache")
+    extra = [] if extra_args is None else extra_args
+    if not isinstance(extra, list):
+        return argv, ["llama_rpc_extra_args must be a list of arguments, got %r" % (extra,)]
+    problems = []
+    for index, raw in enumerate(extra):
+        try:
+            check_text(raw, "llama_rpc_extra_args[%d]" % index)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        flag = str(raw).split("=", 1)[0]
+        if flag in RPC_MANAGED_FLAGS:
+            problems.append(
+                "llama_rpc_extra_args has %s, which the role sets from %s; remove it and set that instead"
+                % (flag, RPC_MANAGED_FLAGS[flag])
+            )
+    if flags and not problems:
+        problems += check_flags(extra, flags, "llama_rpc_extra_args", RPC_MANAGED_FLAGS, binary="RPC server")
+    return argv + [str(arg) for arg in extra], problems
 
 
 def rpc_endpoint(address, port):

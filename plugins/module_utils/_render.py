@@ -9,7 +9,8 @@ nftables rule is checked the same way everywhere:
 * control characters (newlines included) are refused: one embedded newline in a unit file is
   a new directive (``ExecStartPre=+...`` runs as root);
 * quoting follows the target format: the EnvironmentFile rules (``systemd.exec(7)``,
-  ``EnvironmentFile=``: double-quoted values, backslash escapes, no expansion).
+  ``EnvironmentFile=``: double-quoted values, backslash escapes, no expansion), and the command
+  lines of ``systemd.service(5)`` (``ExecStart=``: quoted words, ``%%`` and ``$$``).
 
 Every function raises ValueError with a message that names the variable (``origin``), the value
 and what is allowed, so callers can pass it on unchanged.
@@ -56,6 +57,28 @@ def env_file(mapping, origin):
     if not isinstance(mapping, dict):
         raise ValueError("%s must be a mapping of variable names to values, got %r" % (origin, mapping))
     return [env_line(name, mapping[name], origin) for name in sorted(mapping)]
+
+
+def exec_word(value, origin):
+    """One word of a systemd ExecStart= command line (systemd.service(5), "Command lines"),
+    always double-quoted: backslash and double quote are escaped (the line is C-unescaped inside
+    quotes), ``%`` becomes ``%%`` (specifiers) and ``$`` becomes ``$$`` (environment variable
+    substitution), so the program receives the value unchanged. A quoted ``;`` is a plain word,
+    not the command separator."""
+    text = check_text(value, origin)
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+
+
+def exec_line(argv, origin):
+    """A whole ExecStart= value: the absolute path of the program, then its arguments, every word
+    quoted by exec_word. The path is quoted too, so no prefix character (``-``, ``+``, ``!``, ``@``,
+    ``:``) can be smuggled in front of it."""
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise ValueError("%s must be a non-empty list: the program, then its arguments, got %r" % (origin, argv))
+    program = check_text(argv[0], "%s[0]" % origin)
+    if not program.startswith("/"):
+        raise ValueError("%s[0]=%r must be the absolute path of the program" % (origin, program))
+    return " ".join(exec_word(word, "%s[%d]" % (origin, index)) for index, word in enumerate(argv))
 
 
 def ip_problem(value):
