@@ -1,8 +1,10 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for the pass-through flag checks of module_utils/_llama_cpp.py (issue 15, item 3):
-help_flags() over the --help output of the pinned build, check_flags() and rpc_server_argv(),
+help_flags() over real --help captures of the pinned build, check_flags() and rpc_server_argv(),
 and the filters that carry them."""
+
+from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -17,50 +19,11 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp impo
     rpc_server_argv,
 )
 
-# llama-server --help of llama.cpp 0c1e570 (the llama-cpp-python 0.3.36 sdist), in part: the -fa
-# and -lm lines as the build prints them (copied from test_llama_filters.py); the others laid out
-# the way common_arg::to_string() in common/arg.cpp prints them (first spelling padded to 7
-# columns, the description at column 40, continuations indented to it), with the spellings,
-# placeholders and first description line of their common_arg declarations at that commit (the
-# defaults printed there depend on the host and are illustrative).
-SERVER_HELP = """\
------ common params -----
-
--h,    --help, --usage                  print usage and exit
---version                               show version and build info
--t,    --threads N                      number of CPU threads to use during generation (default: -1)
-                                        (env: LLAMA_ARG_THREADS)
--c,    --ctx-size N                     size of the prompt context (default: 4096, 0 = loaded from model)
-                                        (env: LLAMA_ARG_CTX_SIZE)
--ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
-                                        'auto', or 'all' (default: auto)
-                                        (env: LLAMA_ARG_N_GPU_LAYERS)
--fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
-                                        (env: LLAMA_ARG_FLASH_ATTN)
--lm,   --load-mode MODE                 model loading mode (default: auto)
-                                        - auto: mmap, unless a device does not support it
--dev,  --device <dev1,dev2,..>          comma-separated list of devices to use for offloading (none = don't
-                                        offload)
--s,    --seed SEED                      RNG seed (default: -1, use random seed for -1)
---rpc SERVERS                           comma-separated list of RPC servers (host:port)
--a,    --alias STRING                   set model name aliases, comma-separated (to be used by API)
---metrics                               enable prometheus compatible metrics endpoint (default: disabled)
---api-key-file FNAME                    path to file containing API keys, one per line; lines starting with
-"""
-# What ggml-rpc-server prints for --help (on stderr): tools/rpc/rpc-server.cpp, print_usage(), at
-# 0c1e570, with the defaults of a 2-CPU host.
-RPC_HELP = """\
-Usage: ggml-rpc-server [options]
-
-options:
-  -h, --help                       show this help message and exit
-  -t, --threads N                  number of threads for the CPU device (default: 1)
-  -d, --device <dev1,dev2,...>     comma-separated list of devices
-  -H, --host HOST                  host to bind to (default: 127.0.0.1)
-  -p, --port PORT                  port to bind to (default: 50052)
-  -c, --cache                      enable local file cache
-
-"""
+# Real --help captures of the pinned build (llama.cpp 0c1e570 from the llama-cpp-python 0.3.36
+# sdist, CPU, as the llama_rpc molecule scenario builds it); fixtures/llama.cpp/README.md.
+FIXTURES = Path(__file__).parent / "fixtures" / "llama.cpp"
+SERVER_HELP = (FIXTURES / "llama-server-help-0c1e570.txt").read_text()
+RPC_HELP = (FIXTURES / "ggml-rpc-server-help-0c1e570.txt").read_text()
 SERVER = help_flags(SERVER_HELP)
 RPC = help_flags(RPC_HELP)
 NEW = {"rpc_server_binary": "ggml-rpc-server", "flash_attn_value": True, "load_mode": True, "legacy_mmap_flags": False}
@@ -71,32 +34,29 @@ SETTINGS = {"model_path": "/models/m.gguf", "host": "127.0.0.1", "port": 8080, "
 
 
 def test_server_help_lists_every_spelling_with_whether_it_takes_a_value():
-    assert SERVER == {
-        "-h": False,
-        "--help": False,
-        "--usage": False,
-        "--version": False,
-        "-t": True,
-        "--threads": True,
-        "-c": True,
-        "--ctx-size": True,
-        "-ngl": True,
-        "--gpu-layers": True,
-        "--n-gpu-layers": True,
-        "-fa": True,
-        "--flash-attn": True,
-        "-lm": True,
-        "--load-mode": True,
-        "-dev": True,
-        "--device": True,
-        "-s": True,
-        "--seed": True,
-        "--rpc": True,
-        "-a": True,
-        "--alias": True,
-        "--metrics": False,
-        "--api-key-file": True,
-    }
+    assert len(SERVER) == 412
+    assert SERVER["-ngl"] is SERVER["--gpu-layers"] is SERVER["--n-gpu-layers"] is True
+    assert SERVER["-fa"] is SERVER["--flash-attn"] is True
+    assert SERVER["--metrics"] is SERVER["--jinja"] is SERVER["--no-jinja"] is False
+    assert SERVER["-h"] is SERVER["--help"] is SERVER["--usage"] is False
+    # Four spellings on one line, negations included, and placeholders holding commas.
+    assert [SERVER[flag] for flag in ("-kvo", "--kv-offload", "-nkvo", "--no-kv-offload")] == [False] * 4
+    assert SERVER["-fitt"] is SERVER["--fit-target"] is SERVER["-dev"] is True
+    # Long spellings first, short ones after them.
+    assert SERVER["--spec-draft-type-k"] is SERVER["-ctkd"] is SERVER["--cache-type-k-draft"] is True
+    # This build replaced --no-mmap, --mlock and --mmap with --load-mode.
+    assert SERVER["--load-mode"] is True
+    assert not {"--no-mmap", "--mlock", "--mmap"} & set(SERVER)
+
+
+def test_server_help_holds_every_flag_the_role_manages():
+    assert set(MANAGED_FLAGS) <= set(SERVER)
+
+
+def test_server_help_yields_only_flags():
+    assert all(flag.startswith("-") and " " not in flag and "," not in flag for flag in SERVER)
+    # Section headers, placeholders and description words never become flags.
+    assert not {"-----", "N", "FNAME", "-1", "--"} & set(SERVER)
 
 
 def test_rpc_help_lists_the_rpc_server_flags():
