@@ -42,10 +42,14 @@ def task_files(role):
 def test_main_is_a_table_of_contents_of_imports(role):
     for task in load(REPO / "roles" / role / "tasks" / "main.yml"):
         action = next((key for key in task if key not in ("name", "tags", "when", "vars")), None)
-        assert action == "ansible.builtin.import_tasks", f"roles/{role}/tasks/main.yml: {task.get('name')!r} uses {action}, not import_tasks"
+        assert action == "ansible.builtin.import_tasks", (
+            f"roles/{role}/tasks/main.yml: {task.get('name')!r} uses {action}, not import_tasks"
+        )
         name = task.get("name", "")
         first = name.split(" ", 1)[0]
-        assert name[:1].isupper() and not first.endswith("ing"), f"roles/{role}/tasks/main.yml: {name!r} is not an imperative name"
+        assert name[:1].isupper() and not first.endswith("ing"), (
+            f"roles/{role}/tasks/main.yml: {name!r} is not an imperative name"
+        )
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -85,7 +89,9 @@ def test_structured_variables_declare_their_options(role):
         for name, option in (spec.get("options") or {}).items():
             structured = option.get("type") == "dict" or option.get("elements") == "dict"
             if structured and (role, name) not in FREE_FORM:
-                assert option.get("options"), f"roles/{role}/meta/argument_specs.yml: {entry}.{name} declares no nested options"
+                assert option.get("options"), (
+                    f"roles/{role}/meta/argument_specs.yml: {entry}.{name} declares no nested options"
+                )
 
 
 def test_the_free_form_list_names_real_variables():
