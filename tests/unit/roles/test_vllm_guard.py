@@ -4,6 +4,7 @@
 
 import copy
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -820,7 +821,10 @@ def test_once_for_a_leader_past_its_deadline_says_restart(tmp_path, systemctl):
     )
     assert proc.returncode == 0, proc.stderr
     decision = json.loads(proc.stdout)
-    assert (decision["action"], decision["reason"]) == ("restart", "replica not ready 5 s after start")
+    # The stand-in unit started 5 s before the call; a loaded machine adds a second or more.
+    assert decision["action"] == "restart"
+    waited = re.fullmatch(r"replica not ready (\d+) s after start", decision["reason"])
+    assert waited and int(waited.group(1)) >= 5, decision["reason"]
     assert decision["state"]["ready"] is False
     assert decision["peers"] == {"1": None}
     assert not [call for call in systemctl.calls() if call.startswith("kill")]
