@@ -53,7 +53,7 @@ options:
   poll_interval:
     description: Seconds between two reads of sysfs.
     type: float
-    default: 1
+    default: 1.0
   peers:
     description: Addresses to ping at full MTU without fragmenting.
     type: list
@@ -163,7 +163,7 @@ def main():
             members=dict(type="list", elements="str", default=[]),
             mode=dict(type="str", default=""),
             timeout=dict(type="int", default=30),
-            poll_interval=dict(type="float", default=1),
+            poll_interval=dict(type="float", default=1.0),
             peers=dict(type="list", elements="str", default=[]),
             source=dict(type="str", default=""),
             mtu=dict(type="int"),
