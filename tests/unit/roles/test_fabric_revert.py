@@ -318,6 +318,30 @@ def test_a_link_that_cannot_come_back_is_reported_incomplete(tool, host, applied
     assert out.rstrip().endswith(outcome)
 
 
+def test_a_file_that_cannot_be_put_back_does_not_stop_the_links(tool, host, applied, tmp_path, capsys):
+    state_dir, existing, new = applied
+    # The backup of the existing file is gone (a full disk, an operator's cleanup): copying it
+    # back fails, and the new file, the reload and every link must still be put back.
+    (state_dir / "backup" / "0").unlink()
+    assert tool.revert(str(state_dir)) == 1
+    assert not new.exists()
+    assert ["networkctl", "reload"] in host.calls
+    assert "bond0" not in host.links
+    assert host.links["fab0"]["mtu"] == 9000
+    assert host.global_addresses("fab0") == ["192.168.77.2/24"]
+    outcome = (tmp_path / "gpufleet-fabric-network.reverted").read_text()
+    assert outcome == f"incomplete: {existing} not restored (No such file or directory)\n"
+    assert not (state_dir / "armed").exists()
+    assert capsys.readouterr().out.rstrip().endswith(outcome.strip())
+
+
+def test_a_missing_reload_command_is_reported_not_raised(tmp_path, capsys):
+    module = load_role_script("fabric_network", "gpufleet-fabric-revert")
+    missing = str(tmp_path / "no-such-networkctl")
+    assert module.run([missing, "reload"]) == 127
+    assert capsys.readouterr().out.startswith(f"{missing} reload: rc=127 ")
+
+
 def test_route_argv_of_the_captured_routes(tool):
     argvs = [tool.route_argv(route) for route in captured("ip-route-show-table-all.json")]
     assert [argv for argv in argvs if argv] == [
