@@ -16,7 +16,7 @@ description:
   - Checks a ring (C(rx), C(rx-mini), C(rx-jumbo), C(tx)) or channel (C(rx), C(tx), C(other),
     C(combined)) request the way M(gpufleet.inference.nic_tuning) does, and returns one message per
     bad key or value, naming O(variable), the key, the value and what is allowed.
-  - An empty list when every entry is valid. It needs no NIC: the NIC's maximums are checked by
+  - An empty list when every entry is valid. It needs no NIC; the NIC's maximums are checked by
     M(gpufleet.inference.nic_tuning) in check mode.
 options:
   _input:

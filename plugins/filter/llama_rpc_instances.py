@@ -16,8 +16,8 @@ description:
     C(host:port) endpoint the coordinator's C(--rpc) uses.
   - With O(per_device), there is one server per device, on consecutive ports from O(port).
     Devices default to C(CUDA0..CUDA<n-1>) for the O(gpu_count) GPUs found.
-  - With O(threads), each entry also carries C(argv), the RPC server's arguments (without the
-    binary): C(--host), C(--port), C(--threads), C(--device) and C(--cache), then O(extra_args).
+  - With O(threads), each entry also carries C(argv), the RPC server's arguments without the
+    binary, C(--host), C(--port), C(--threads), C(--device) and C(--cache), then O(extra_args).
   - Fails, naming the variable and the fix, when the bind address is not an IP, is the
     unspecified address, or is outside the fabric subnet, when a device is not a ggml device name,
     when an allowed source is not an IP address, and when an extra argument is a flag the role
