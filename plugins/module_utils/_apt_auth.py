@@ -36,8 +36,8 @@ def masked(url):
     if not sep or "@" not in rest:
         return text
     # The last "@" ends the credentials, also where a password holds an unencoded "/" or "@".
-    userinfo, _, tail = rest.rpartition("@")
-    login, colon, _ = userinfo.partition(":")
+    userinfo, _at, tail = rest.rpartition("@")
+    login, colon, _password = userinfo.partition(":")
     return "%s://%s@%s" % (head, login + ":" + MASK if colon else MASK, tail)
 
 
@@ -60,7 +60,7 @@ def _url_problem(url, parts):
 
 def _credentials_problem(parts):
     """What is wrong with the credentials of the URL, or an empty string."""
-    userinfo, _, hostport = parts.netloc.rpartition("@")
+    userinfo, _at, hostport = parts.netloc.rpartition("@")
     login, colon, password = userinfo.partition(":")
     if not hostport:
         return "names no host after the credentials"
@@ -93,8 +93,8 @@ def split(url, origin):
         return {"url": "", "shown": shown, "auth": None, "problem": problem}
     if "@" not in parts.netloc:
         return {"url": url, "shown": shown, "auth": None, "problem": ""}
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    login, _, password = userinfo.partition(":")
+    userinfo, _at, hostport = parts.netloc.rpartition("@")
+    login, _colon, password = userinfo.partition(":")
     path = parts.path
     # apt substitutes $(ARCH) before it looks the credentials up: match the prefix before it.
     if "$(" in path:

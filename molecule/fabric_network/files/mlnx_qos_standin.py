@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Lab stand-in for mlnx_qos (Mellanox/mlnx-tools python/mlnx_qos): the lab has no RDMA NIC.
 # It keeps a port's QoS state in a JSON file, applies the set options the roce role uses (--trust,
 # --dscp2prio set,D,P, --pfc, --cable_len, --tsa, --tcbw), logs each write, and prints the state
