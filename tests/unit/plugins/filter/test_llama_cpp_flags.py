@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp impo
 
 # Real --help captures of the pinned build (llama.cpp 0c1e570 from the llama-cpp-python 0.3.36
 # sdist, CPU, as the llama_rpc molecule scenario builds it); fixtures/llama.cpp/README.md.
-FIXTURES = Path(__file__).parent / "fixtures" / "llama.cpp"
+FIXTURES = Path(__file__).resolve().parents[1] / "module_utils" / "fixtures" / "llama.cpp"
 SERVER_HELP = (FIXTURES / "llama-server-help-0c1e570.txt").read_text()
 RPC_HELP = (FIXTURES / "ggml-rpc-server-help-0c1e570.txt").read_text()
 SERVER = help_flags(SERVER_HELP)
