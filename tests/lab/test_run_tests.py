@@ -21,8 +21,20 @@ def test_one_lane_runs_every_scenario_in_order():
     assert labels(run_tests.molecule_lanes(STEPS, 1)) == [["fabric_network", "nccl", "vllm"]]
 
 
-def test_more_lanes_than_own_lane_scenarios_change_nothing():
-    assert labels(run_tests.molecule_lanes(STEPS, 4)) == [["vllm"], ["fabric_network", "nccl"]]
+def test_more_lanes_than_scenarios_give_each_scenario_a_lane():
+    assert labels(run_tests.molecule_lanes(STEPS, 4)) == [["vllm"], ["fabric_network"], ["nccl"]]
+
+
+def test_the_shared_lanes_are_balanced_by_the_measured_times():
+    steps = [["molecule", "test", "-s", name] for name in run_tests.SCENARIO_SECONDS] + [STEPS[2]]
+    lanes = labels(run_tests.molecule_lanes(sorted(steps), 3))
+    assert lanes == [["vllm"], ["fabric_network", "llama_rpc"], ["fabric_validate", "gpu_stack", "nccl"]]
+
+
+def test_an_unmeasured_scenario_counts_as_the_default():
+    steps = [*STEPS, ["molecule", "test", "-s", "new_role"]]
+    # fabric_network (546 s) fills one shared lane, the new one (300 s) and nccl (70 s) the other.
+    assert labels(run_tests.molecule_lanes(steps, 3)) == [["vllm"], ["fabric_network"], ["nccl", "new_role"]]
 
 
 def test_every_scenario_runs_exactly_once():
