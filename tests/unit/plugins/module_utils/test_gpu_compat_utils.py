@@ -15,6 +15,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._gpu_compat imp
     read_gpus,
     scan_pci,
 )
+from ansible_collections.gpufleet.inference.tests.unit.conftest import pci_sysfs
 
 PCI_IDS = Path(__file__).parent / "fixtures" / "pci-ids" / "nvidia.ids"
 # Functions of a GPU board that are not the GPU; the module never reads them (wrong PCI class).
@@ -35,21 +36,6 @@ def pci_ids_entries():
         if match:
             entries.append((int(match.group(1), 16), match.group(2)))
     return entries
-
-
-def fake_sysfs(tmp_path, devices, drivers=None):
-    root = tmp_path / "sys"
-    (root / "bus" / "pci" / "devices").mkdir(parents=True)
-    for address, attributes in devices.items():
-        device = root / "bus" / "pci" / "devices" / address
-        device.mkdir()
-        for name, value in attributes.items():
-            (device / name).write_text(value + "\n")
-    for address, driver in (drivers or {}).items():
-        target = root / "bus" / "pci" / "drivers" / driver
-        target.mkdir(parents=True, exist_ok=True)
-        (root / "bus" / "pci" / "devices" / address / "driver").symlink_to(target)
-    return root
 
 
 def gpu(bus_id, device_id):
@@ -144,7 +130,7 @@ def test_scan_pci_keeps_nvidia_gpus_only(tmp_path):
         "0000:41:00.0": H100_SXM,
         "0000:c1:00.0": MELLANOX_NIC,
     }
-    root = fake_sysfs(tmp_path, devices, drivers={"0000:01:00.0": "nouveau", "0000:01:00.1": "snd_hda_intel"})
+    root = pci_sysfs(tmp_path, devices, drivers={"0000:01:00.0": "nouveau", "0000:01:00.1": "snd_hda_intel"})
     assert scan_pci(str(root)) == [
         {
             "bus_id": "0000:01:00.0",
@@ -164,7 +150,7 @@ def test_scan_pci_skips_unreadable_entries(tmp_path):
         "0000:03:00.0": {"vendor": "0x10de", "class": "garbage", "device": "0x2b85"},
         "0000:04:00.0": {},
     }
-    root = fake_sysfs(tmp_path, devices)
+    root = pci_sysfs(tmp_path, devices)
     assert [found["bus_id"] for found in scan_pci(str(root))] == ["0000:01:00.0"]
 
 
@@ -173,7 +159,7 @@ def test_scan_pci_without_a_pci_bus(tmp_path):
 
 
 def test_read_gpus_adds_names(tmp_path):
-    root = fake_sysfs(tmp_path, {"0000:01:00.0": RTX_5090})
+    root = pci_sysfs(tmp_path, {"0000:01:00.0": RTX_5090})
     (found,) = read_gpus(str(root))
     assert (found["name"], found["architecture"], found["chip"]) == ("NVIDIA GeForce RTX 5090", "Blackwell", "GB202")
 
