@@ -158,7 +158,7 @@ def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
     own = [[s] for s in steps if step_label(s) in OWN_LANE][: lanes - 1]
     taken = {id(lane[0]) for lane in own}
     rest = [s for s in steps if id(s) not in taken]
-    shared: list[list[list[str]]] = [[] for _ in range(max(1, lanes - len(own)))]
+    shared: list[list[list[str]]] = [[] for _lane in range(max(1, lanes - len(own)))]
     load = [0] * len(shared)
     for step in sorted(rest, key=lambda s: -SCENARIO_SECONDS.get(step_label(s), DEFAULT_SECONDS)):
         emptiest = load.index(min(load))
