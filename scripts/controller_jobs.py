@@ -1,0 +1,337 @@
+"""Launch the collection's controller job templates (controller/*.yml) through ansible-runner.
+
+ansible-runner is what AWX and Automation Platform run a job with. This script builds the
+private data directory a controller would hand it for one job template, without a controller:
+
+    env/extravars   the template's extra_vars, then its survey defaults, then the launch's own
+                    extra vars (later wins, as a controller applies them), then what the
+                    template's credentials inject as extra_vars
+    env/envvars     what the template's credentials inject as environment variables
+    env/cmdline     job type check (--check), diff mode, job tags, skip tags, limit, verbosity
+    env/*.cred      what the credentials inject as files (AWX's {{ tower.filename }}), 0600
+
+and runs the template's playbook from the project directory (the checkout by default: its
+ansible.cfg is the project's, as a controller's project sync would use it), with the inventory
+given. The job's status, rc, its set_stats (the artifacts AWX shows) and its output come back.
+The environment, credential files and extravars are written 0600 and never printed.
+
+    .venv/bin/python scripts/controller_jobs.py list
+    .venv/bin/python scripts/controller_jobs.py run "NAME" -i INVENTORY [-e KEY=JSON] \\
+        [--input CREDENTIAL.FIELD=VALUE] [--tags T] [--skip-tags T] [--data-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from jinja2 import StrictUndefined
+from jinja2.sandbox import SandboxedEnvironment
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENT = ROOT / "controller"
+VENV_BIN = ROOT / ".venv" / "bin"
+# The controller's own survey types whose answers are strings; numbers stay numbers.
+NUMERIC = {"integer": int, "float": float}
+
+
+class JobError(Exception):
+    """A job template that cannot be launched as given (the message says which value and why)."""
+
+
+@dataclass
+class Job:
+    """One finished job: what a controller's job page shows."""
+
+    template: str
+    status: str
+    rc: int
+    stats: dict
+    stdout: str
+    wall_s: float
+    data_dir: Path
+    argv: list[str] = field(default_factory=list)
+
+
+def load_content(content_dir: Path = CONTENT) -> dict[str, list[dict]]:
+    """Every controller_* list of every YAML file in content_dir, merged by key."""
+    content: dict[str, list[dict]] = {}
+    for path in sorted(content_dir.glob("*.yml")):
+        for key, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if key.startswith("controller_") and isinstance(value, list):
+                content.setdefault(key, []).extend(value)
+    return content
+
+
+def by_name(content: dict, key: str, name: str) -> dict:
+    for item in content.get(key, []):
+        if item.get("name") == name:
+            return item
+    known = ", ".join(sorted(item.get("name", "?") for item in content.get(key, [])))
+    raise JobError(f"{key}: no {name!r}; known: {known or 'none'}")
+
+
+def survey_defaults(template: dict) -> dict:
+    """The answers a launch that accepts every default gives, typed as the controller types them."""
+    spec = template.get("survey_spec") or {}
+    if not template.get("survey_enabled", bool(spec)):
+        return {}
+    answers = {}
+    for question in spec.get("spec", []):
+        if "default" not in question or question["default"] in ("", None):
+            if question.get("required"):
+                raise JobError(
+                    f"{template['name']}: survey question {question['variable']!r} is required and has no "
+                    "default; give it with -e"
+                )
+            continue
+        value = question["default"]
+        if question["type"] in NUMERIC:
+            value = NUMERIC[question["type"]](value)
+        elif question["type"] == "multiselect" and isinstance(value, str):
+            value = [line for line in value.split("\n") if line]
+        answers[question["variable"]] = value
+    return answers
+
+
+def render(template_text, context: dict):
+    """An injector value, rendered as a controller renders it (Jinja over the credential's inputs)."""
+    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    if isinstance(template_text, str):
+        return env.from_string(template_text).render(context)
+    return template_text
+
+
+def inject(content: dict, template: dict, inputs: dict[str, dict], env_dir: Path) -> tuple[dict, dict, list[str]]:
+    """(extra_vars, env, secret values) that the template's credentials inject."""
+    extra_vars: dict = {}
+    envvars: dict = {}
+    secrets: list[str] = []
+    for credential_name in template.get("credentials", []):
+        credential = by_name(content, "controller_credentials", credential_name)
+        ctype = by_name(content, "controller_credential_types", credential["credential_type"])
+        fields = {f["id"]: f for f in (ctype.get("inputs") or {}).get("fields", [])}
+        given = dict(credential.get("inputs") or {}, **inputs.get(credential_name, {}))
+        missing = [f for f in (ctype.get("inputs") or {}).get("required", []) if f not in given]
+        if missing:
+            raise JobError(
+                f"credential {credential_name!r}: no value for {', '.join(missing)}; "
+                f"give --input {credential_name}.{missing[0]}=VALUE"
+            )
+        secrets += [str(given[f]) for f, spec in fields.items() if spec.get("secret") and given.get(f)]
+        injectors = ctype.get("injectors") or {}
+        context: dict = dict(given)
+        files = {}
+        for file_key, file_template in (injectors.get("file") or {}).items():
+            # AWX names them template (one file) or template.NAME; {{ tower.filename[.NAME] }}.
+            handle, path = tempfile.mkstemp(prefix="cred-", suffix=".cred", dir=env_dir)
+            with os.fdopen(handle, "w") as out:
+                out.write(render(file_template, given))
+            os.chmod(path, 0o600)
+            files[file_key.removeprefix("template").removeprefix(".") or None] = path
+        if files:
+            # Jinja reads {{ tower.filename.NAME }} from a dict as it reads an attribute.
+            filename = files[None] if None in files else files
+            context["tower"] = context["awx"] = {"filename": filename}
+        for key, value in (injectors.get("env") or {}).items():
+            envvars[key] = render(value, context)
+        for key, value in (injectors.get("extra_vars") or {}).items():
+            extra_vars[key] = render(value, context)
+    return extra_vars, envvars, secrets
+
+
+def command_line(template: dict, tags: str | None, skip_tags: str | None, limit: str | None) -> list[str]:
+    """The ansible-playbook options the template's settings stand for."""
+    args: list[str] = []
+    if template.get("job_type", "run") == "check":
+        args.append("--check")
+    if template.get("diff_mode"):
+        args.append("--diff")
+    tags = tags if tags is not None else template.get("job_tags")
+    skip_tags = skip_tags if skip_tags is not None else template.get("skip_tags")
+    limit = limit if limit is not None else template.get("limit")
+    if tags:
+        args += ["--tags", tags]
+    if skip_tags:
+        args += ["--skip-tags", skip_tags]
+    if limit:
+        args += ["--limit", limit]
+    if template.get("forks"):
+        args += ["--forks", str(template["forks"])]
+    verbosity = int(template.get("verbosity") or 0)
+    if verbosity:
+        args.append("-" + "v" * verbosity)
+    return args
+
+
+def write_private(path: Path, data) -> None:
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    os.chmod(path, 0o600)
+
+
+def stats_of(artifacts: Path) -> dict:
+    """What the job's set_stats left: the playbook_on_stats event's artifact_data."""
+    for event in sorted((artifacts / "job_events").glob("*.json")):
+        data = json.loads(event.read_text())
+        if data.get("event") == "playbook_on_stats":
+            return data.get("event_data", {}).get("artifact_data") or {}
+    return {}
+
+
+def launch(
+    name: str,
+    inventory: Path,
+    *,
+    extra_vars: dict | None = None,
+    inputs: dict[str, dict] | None = None,
+    tags: str | None = None,
+    skip_tags: str | None = None,
+    limit: str | None = None,
+    project_dir: Path = ROOT,
+    content_dir: Path = CONTENT,
+    data_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    echo: bool = False,
+) -> Job:
+    """Run one job template as a controller would; return the finished job."""
+    content = load_content(content_dir)
+    template = by_name(content, "controller_templates", name)
+    playbook = template["playbook"]
+    if not (project_dir / playbook).is_file():
+        raise JobError(f"{name}: playbook {playbook!r} is not in the project {project_dir}")
+    if extra_vars and not template.get("ask_variables_on_launch"):
+        raise JobError(f"{name}: extra vars at launch need ask_variables_on_launch: true (a controller drops them)")
+    data_dir = Path(data_dir or tempfile.mkdtemp(prefix="gpufleet-job-"))
+    env_dir = data_dir / "env"
+    env_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    cred_vars, cred_env, secrets = inject(content, template, inputs or {}, env_dir)
+    variables = {**(template.get("extra_vars") or {}), **survey_defaults(template), **(extra_vars or {}), **cred_vars}
+    write_private(env_dir / "extravars", variables)
+    write_private(env_dir / "envvars", {**(env or {}), **cred_env})
+    cmdline = command_line(template, tags, skip_tags, limit)
+    write_private(env_dir / "cmdline", shlex.join(cmdline))
+    ident = f"job-{int(time.time() * 1000)}"
+    runner = shutil.which("ansible-runner", path=f"{VENV_BIN}:{os.environ.get('PATH', '')}")
+    argv = [
+        runner or "ansible-runner",
+        "run",
+        str(data_dir),
+        "--project-dir",
+        str(project_dir),
+        "-p",
+        playbook,
+        "--inventory",
+        str(inventory),
+        "--ident",
+        ident,
+    ]
+    run_env = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}")
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv, cwd=project_dir, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if echo:
+            sys.stdout.write(line)
+    proc.wait()
+    wall = round(time.monotonic() - start, 1)
+    artifacts = data_dir / "artifacts" / ident
+    status = (artifacts / "status").read_text().strip() if (artifacts / "status").exists() else "error"
+    rc = int((artifacts / "rc").read_text().strip()) if (artifacts / "rc").exists() else proc.returncode
+    job = Job(name, status, rc, stats_of(artifacts), "".join(lines), wall, data_dir, [*argv, *cmdline])
+    leaked = leaks(data_dir, secrets, job.stdout)
+    if leaked:
+        raise JobError(f"{name}: a credential's secret appears in {', '.join(leaked)}")
+    return job
+
+
+def leaks(data_dir: Path, secrets: list[str], stdout: str) -> list[str]:
+    """Where a secret shows up in what a controller shows: the output and the job events.
+
+    ansible-runner records the job's whole environment in artifacts/ID/command, as AWX keeps
+    the job's environment: that file may hold a secret only while nobody but its owner reads it."""
+    found = ["the job output"] if any(s in stdout for s in secrets) else []
+    for path in sorted((data_dir / "artifacts").rglob("*")):
+        if not path.is_file() or not any(s in path.read_text(errors="replace") for s in secrets):
+            continue
+        if path.name == "command" and path.stat().st_mode & 0o077 == 0:
+            continue
+        found.append(str(path.relative_to(data_dir)))
+    return found
+
+
+def parse_pairs(values: list[str], what: str) -> dict:
+    pairs = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise JobError(f"{what} {item!r}: use KEY=VALUE")
+        try:
+            pairs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            pairs[key] = value
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the job templates and their playbooks")
+    run = sub.add_parser("run", help="launch one job template")
+    run.add_argument("name")
+    run.add_argument("-i", "--inventory", required=True, type=Path)
+    run.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--input", action="append", default=[], metavar="CREDENTIAL.FIELD=VALUE")
+    run.add_argument("--tags")
+    run.add_argument("--skip-tags")
+    run.add_argument("--limit")
+    run.add_argument("--data-dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            for template in load_content().get("controller_templates", []):
+                print(f"{template['name']}: {template['playbook']}")
+            return 0
+        inputs: dict[str, dict] = {}
+        for key, value in parse_pairs(args.input, "--input").items():
+            credential, dot, input_field = key.rpartition(".")
+            if not dot:
+                raise JobError(f"--input {key}: use CREDENTIAL.FIELD=VALUE")
+            inputs.setdefault(credential, {})[input_field] = value
+        job = launch(
+            args.name,
+            args.inventory,
+            extra_vars=parse_pairs(args.extra_var, "-e"),
+            inputs=inputs,
+            tags=args.tags,
+            skip_tags=args.skip_tags,
+            limit=args.limit,
+            data_dir=args.data_dir,
+            echo=True,
+        )
+    except JobError as error:
+        print(f"controller_jobs: {error}", file=sys.stderr)
+        return 2
+    print(
+        json.dumps(
+            {"template": job.template, "status": job.status, "rc": job.rc, "stats": job.stats, "wall_s": job.wall_s}
+        )
+    )
+    return 0 if job.status == "successful" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
