@@ -69,6 +69,8 @@ def markdown(text) -> str:
 
 
 def code(text: str) -> str:
+    """Inline code in a table cell: on one line, with its pipes escaped."""
+    text = re.sub(r"\s*\n\s*", " ", text)
     fence = "``" if "`" in text else "`"
     pad = " " if fence == "``" else ""
     return f"{fence}{pad}{text}{pad}{fence}".replace("|", "\\|")
