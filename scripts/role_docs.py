@@ -201,7 +201,7 @@ def table_rows(body: str) -> dict:
     found = {}
     for line in body.splitlines():
         if line.startswith("| `"):
-            found[line.split(" | ", 1)[0][2:]] = line
+            found[line.split(" | ", 1)[0][2:].strip("`")] = line
     return found
 
 
@@ -299,13 +299,13 @@ def role_dirs(root: Path) -> list[Path]:
     return sorted(path.parent.parent for path in root.glob("*/meta/argument_specs.yml"))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate the README tables")
     mode.add_argument("--check", action="store_true", help="fail when READMEs, defaults and specs drifted apart")
     parser.add_argument("--roles", type=Path, default=REPO / "roles", help="the roles directory (default: %(default)s)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     roles = role_dirs(args.roles)
     if not roles:
         parser.error(f"no roles with meta/argument_specs.yml under {args.roles}")
