@@ -30,6 +30,28 @@ def case_id(case):
     return case["id"]
 
 
+def share_facts(work, inventory, env):
+    """Gather the local machine's facts once and hand them to every case host.
+
+    Every case is the same machine, so its facts are the same for each: the playbook's own
+    gathering (ansible.cfg's `gathering = smart`) finds them, marked gathered by gather_facts, in
+    this run's own fact cache and skips 120 identical gatherings (40 % of the suite's time)."""
+    cache = work / "facts"
+    env.update(ANSIBLE_CACHE_PLUGIN="ansible.builtin.jsonfile", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache))
+    first = CASES[0]["id"]
+    subprocess.run(
+        [str(PLAYBOOK.parent / "ansible"), "-i", str(inventory), first, "-m", "ansible.builtin.gather_facts",
+         "-a", "gather_subset=!all,min,network"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    # The plugin names a file <its format's prefix><host> (ansible-core 2.19 writes s1_<host>).
+    (written,) = cache.iterdir()
+    prefix = written.name.removesuffix(first)
+    facts = written.read_text()
+    for case in CASES[1:]:
+        (cache / f"{prefix}{case['id']}").write_text(facts)
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     work = tmp_path_factory.mktemp("bad-inputs")
@@ -49,6 +71,7 @@ def results(tmp_path_factory):
     output = work / "results.json"
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     env["PYTHONPATH"] = str(REPO / "collections")
+    share_facts(work, inventory, env)
     proc = subprocess.run(
         [str(PLAYBOOK), "-i", str(inventory), str(SUITE / "preflight.yml"), "--check", "--forks", "25",
          "-e", f"gpufleet_case_results={output}"],
