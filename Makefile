@@ -50,8 +50,8 @@ llama-demo: setup ## A llama.cpp RPC cluster on a 3-host lab (coordinator and tw
 test: setup lab-image ## Run every test stage; stops at the first failure
 	$(PY) scripts/run_tests.py $(STAGES)
 
-lint: setup ## yamllint, ansible-lint, ruff and the changelog linter
-	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint
+lint: setup ## yamllint, ansible-lint, ruff, the changelog linter and the role README tables
+	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint role-docs
 
 sanity: setup ## ansible-test sanity from a copy under ansible_collections/
 	$(PY) scripts/run_tests.py sanity

@@ -95,6 +95,8 @@ STAGES: dict[str, list] = {
     "ansible-lint": [["ansible-lint", "--offline", "--strict"]],
     "ruff": [["ruff", "check", "."], ["ruff", "format", "--check", "--diff", "."]],
     "changelog-lint": [["antsibull-changelog", "lint"]],
+    # The role README variable tables are generated from the argument specs (docs/role-docs.md).
+    "role-docs": [[str(VENV_BIN / "python"), str(REPO / "scripts" / "role_docs.py"), "--check"]],
     "sanity": [lambda: ansible_test("sanity", "--requirements")],
     "units": [lambda: ansible_test("units", "--requirements")],
     # tests/unit runs once, under ansible-test units (the same pytest files, in the collection
