@@ -17,9 +17,11 @@ bundle of the test environment. docs/execution-environment.md has the details.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -89,7 +91,8 @@ def ensure_venv(venv: Path, requirements: Path, constraints: Path | None = None)
 def clean_env(bindir: Path, keep_ansible: bool = False, extra: bool = False) -> dict[str, str]:
     """The environment that sees only the installed copy: the venv's tools first on PATH, no
     PYTHONPATH (the test environment points it at the checkout's collections/), the collection
-    path set to the installed tree alone and sys.path scanning off."""
+    path set to the installed tree alone (extra: and EXTRA_COLLECTIONS, for the playbooks in
+    NEEDS) and sys.path scanning off. keep_ansible: the caller's other ANSIBLE_* settings stay."""
     path = [str(bindir)] + [
         p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not p.startswith(str(REPO / ".venv"))
     ]
@@ -185,7 +188,7 @@ def syntax_check(bindir: Path, names: list[str], extra: bool = False) -> tuple[i
 
 def shell_exports(bindir: Path) -> str:
     env = clean_env(bindir)
-    lines = [f"export {k}={env[k]}" for k in ("PATH", "VIRTUAL_ENV", *CONTROLLED)]
+    lines = [f"export {k}={shlex.quote(env[k])}" for k in ("PATH", "VIRTUAL_ENV", *CONTROLLED)]
     return "\n".join(["unset PYTHONPATH", *lines])
 
 
@@ -235,7 +238,11 @@ def check(_args: argparse.Namespace) -> int:
 
 
 def print_env(_args: argparse.Namespace) -> int:
-    print(shell_exports(ensure_venv(VENV, REQUIREMENTS, CONSTRAINTS)))
+    bindir = ensure_venv(VENV, REQUIREMENTS, CONSTRAINTS)
+    if not (INSTALLED / "MANIFEST.json").is_file():
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is for eval
+            install(bindir)
+    print(shell_exports(bindir))
     return 0
 
 

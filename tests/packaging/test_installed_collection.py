@@ -5,6 +5,7 @@ environment's `ansible` bundle on the collection path."""
 import importlib.util
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def installed_env(check_output):
     for line in proc.stdout.splitlines():
         if line.startswith("export "):
             key, value = line.removeprefix("export ").split("=", 1)
-            env[key] = value
+            (env[key],) = shlex.split(value)
     assert "PYTHONPATH" not in env
     return env
 
