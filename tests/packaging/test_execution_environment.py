@@ -7,6 +7,7 @@ so the galaxy stage and the builder stage's introspection run here on the contex
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -137,20 +138,37 @@ def test_context_tarball_is_the_current_build_of_the_checkout(context):
     assert not stale, f"the context's artifact is not the checkout's current build: {stale[:10]}"
 
 
-def test_galaxy_stage_installs_this_collection_and_nothing_else(context, tmp_path):
-    """The galaxy stage's two commands, from the Containerfile, on a copy of _build/ (its /build)."""
+def galaxy_stage_commands(containerfile):
+    """The galaxy stage's ansible-galaxy commands, with the Containerfile's ARG defaults filled in."""
+    args = dict(re.findall(r'^ARG (\w+)="([^"]*)"$', containerfile, re.M))
+    stage = containerfile.split("FROM base AS galaxy", 1)[1].split("\nFROM ", 1)[0]
+    commands = []
+    for line in stage.splitlines():
+        if "ansible-galaxy " in line:
+            command = re.sub(r"\$(\w+)", lambda m: args.get(m[1], m[0]), line.removeprefix("RUN "))
+            commands.append(shlex.split(command))
+    return commands
+
+
+def test_galaxy_stage_installs_this_collection_offline_and_nothing_else(context, tmp_path):
+    """The galaxy stage's commands, from the Containerfile, on a copy of _build/ (its /build)."""
+    commands = galaxy_stage_commands((context / "Containerfile").read_text())
+    assert [c[c.index("ansible-galaxy") + 1] for c in commands] == ["role", "collection"], commands
+    assert "--offline" in commands[1], f"the galaxy stage may contact Galaxy: {commands[1]}"
     build = tmp_path / "build"
     shutil.copytree(BUILD_FILES, build)
     share = tmp_path / "share"
-    env = {"PATH": f"{GALAXY.parent}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_COLLECTIONS_PATH": str(share)}
-    for argv in (
-        [str(GALAXY), "role", "install", "-r", "requirements.yml", "--roles-path", str(share / "roles")],
-        [str(GALAXY), "collection", "install", "-r", "requirements.yml", "--collections-path", str(share)],
-    ):
-        proc = subprocess.run(argv, cwd=build, env=env, capture_output=True, text=True, check=False)
+    env = {"PATH": f"{GALAXY.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(share / "collections")
+    for command in commands:
+        # KEY=VALUE words before the command become its environment; /usr/share/ansible is the share here.
+        at = command.index("ansible-galaxy")
+        argv = [str(GALAXY), *(a.replace("/usr/share/ansible", str(share)) for a in command[at + 1 :])]
+        step_env = dict(env, **dict(word.split("=", 1) for word in command[:at]))
+        proc = subprocess.run(argv, cwd=build, env=step_env, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    installed = sorted(str(p.relative_to(share)) for p in share.glob("ansible_collections/*/*"))
-    assert installed == ["ansible_collections/gpufleet/inference"], installed
+    installed = sorted(str(p.relative_to(share)) for p in share.glob("collections/ansible_collections/*/*"))
+    assert installed == ["collections/ansible_collections/gpufleet/inference"], installed
     assert not (share / "roles").exists() or not any((share / "roles").iterdir())
     manifest = json.loads((share / installed[0] / "MANIFEST.json").read_text())
     assert manifest["collection_info"]["version"] == yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
