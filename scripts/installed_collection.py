@@ -2,7 +2,7 @@
 
     python3 scripts/installed_collection.py                 build, install, syntax-check every playbook by FQCN
     python3 scripts/installed_collection.py env             print the environment that runs the installed copy
-    python3 scripts/installed_collection.py playbook NAME [ARGS...]
+    python3 scripts/installed_collection.py playbook [--unchanged] NAME [ARGS...]
                                                             run gpufleet.inference.NAME from the installed copy
 
 The checkout resolves gpufleet.inference.* through ansible.cfg and the collections/ link; users
@@ -51,7 +51,16 @@ FQCN_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 NEEDS = {"controller_apply": ("awx.awx",)}
 EXTRA_COLLECTIONS = BUILD / "installed-extra-collections"
 # The variables this script sets; a caller's own ANSIBLE_* settings pass through `playbook`.
-CONTROLLED = ("ANSIBLE_CONFIG", "ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH")
+CONTROLLED = (
+    "ANSIBLE_CONFIG",
+    "ANSIBLE_COLLECTIONS_PATH",
+    "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH",
+    "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED",
+)
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
+    re.M,
+)
 
 
 def log(message: str, who: str = "installed_collection") -> None:
@@ -108,6 +117,8 @@ def clean_env(bindir: Path, keep_ansible: bool = False, extra: bool = False) -> 
         ANSIBLE_CONFIG=str(NEUTRAL_CONFIG),
         ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([str(COLLECTIONS), *([str(EXTRA_COLLECTIONS)] if extra else [])]),
         ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False",
+        # An inventory the topology plugin refuses must stop the run, not leave an empty one.
+        ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="True",
     )
     return env
 
@@ -246,20 +257,46 @@ def print_env(_args: argparse.Namespace) -> int:
     return 0
 
 
+def recap_problems(output: str) -> list[str]:
+    """What makes a run's PLAY RECAP not a clean second run: no host, or a host that changed,
+    failed or was unreachable."""
+    recap = {m["host"]: m for m in RECAP.finditer(output)}
+    if not recap:
+        return ["no PLAY RECAP with a host: the run played against no host"]
+    return [
+        f"{host}: changed={m['changed']} unreachable={m['unreachable']} failed={m['failed']}"
+        for host, m in sorted(recap.items())
+        if (m["changed"], m["unreachable"], m["failed"]) != ("0", "0", "0")
+    ]
+
+
 def playbook(args: argparse.Namespace) -> int:
-    """Run gpufleet.inference.NAME from the installed copy in the caller's directory (give paths
-    such as -i relative to it). The caller's ANSIBLE_* settings pass through, except the three
-    that select the installed copy."""
+    """Run gpufleet.inference.NAME from a fresh install of the current artifact, in the caller's
+    directory (paths such as -i are relative to it). The caller's ANSIBLE_* settings pass
+    through, except those in CONTROLLED."""
     bindir = ensure_venv(VENV, REQUIREMENTS, CONSTRAINTS)
-    if not (INSTALLED / "MANIFEST.json").is_file() or args.reinstall:
-        install(bindir)
-    if args.name in NEEDS and not EXTRA_COLLECTIONS.is_dir():
+    install(bindir)
+    if args.name in NEEDS:
         provide_needed_collections()
     argv = [str(bindir / "ansible-playbook"), f"{NAMESPACE_NAME}.{args.name}", *args.args]
     log(" ".join(argv))
-    return subprocess.run(
-        argv, env=clean_env(bindir, keep_ansible=True, extra=args.name in NEEDS), check=False
-    ).returncode
+    env = clean_env(bindir, keep_ansible=True, extra=args.name in NEEDS)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        lines.append(line)
+    rc = proc.wait()
+    if rc != 0:
+        log(f"{NAMESPACE_NAME}.{args.name} failed from the installed copy (rc={rc})")
+        return rc
+    if args.unchanged:
+        problems = recap_problems("".join(lines))
+        if problems:
+            log(f"{NAMESPACE_NAME}.{args.name} from the installed copy is not a clean rerun: {'; '.join(problems)}")
+            return 1
+        log(f"{NAMESPACE_NAME}.{args.name} from the installed copy changed nothing")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("env", help="print shell exports that run the installed copy").set_defaults(func=print_env)
     run = sub.add_parser("playbook", help="run gpufleet.inference.NAME from the installed copy")
-    run.add_argument("--reinstall", action="store_true", help="rebuild and reinstall the artifact first")
+    run.add_argument(
+        "--unchanged", action="store_true", help="fail unless every host ran with changed=0, failed=0, unreachable=0"
+    )
     run.add_argument("name", help="playbook name, e.g. site")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for ansible-playbook")
     run.set_defaults(func=playbook)

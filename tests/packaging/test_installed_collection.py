@@ -125,3 +125,28 @@ def test_the_collections_a_playbook_is_declared_to_need_are_needed(check_output)
         rc, output, _resolved = module.syntax_check(VENV_BIN, [name])
         assert rc != 0, f"{name} passes without {needed}: drop it from NEEDS"
         assert any(fqcn in output for fqcn in needed), output
+
+
+def test_a_playbook_runs_from_the_installed_copy(check_output, tmp_path):
+    """A real run by FQCN, not only a syntax check: monitoring's first play runs on localhost."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "playbook", "--unchanged", "monitoring", "-i", "localhost,", "-c", "local"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^localhost\s+: ok=1\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout, re.M), proc.stdout
+    assert "gpufleet.inference.monitoring from the installed copy changed nothing" in proc.stdout
+
+
+def test_an_unclean_recap_is_named():
+    module = load_script()
+    clean = "PLAY RECAP ***\nnode1 : ok=3    changed=0    unreachable=0    failed=0    skipped=1\n"
+    assert module.recap_problems(clean) == []
+    assert module.recap_problems("PLAY RECAP ***\n") == ["no PLAY RECAP with a host: the run played against no host"]
+    changed = clean + "node2 : ok=3    changed=1    unreachable=0    failed=0    skipped=1\n"
+    assert module.recap_problems(changed) == ["node2: changed=1 unreachable=0 failed=0"]
+    down = clean + "node3 : ok=0    changed=0    unreachable=1    failed=0    skipped=0\n"
+    assert module.recap_problems(down) == ["node3: changed=0 unreachable=1 failed=0"]
