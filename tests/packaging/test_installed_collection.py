@@ -150,3 +150,29 @@ def test_an_unclean_recap_is_named():
     assert module.recap_problems(changed) == ["node2: changed=1 unreachable=0 failed=0"]
     down = clean + "node3 : ok=0    changed=0    unreachable=1    failed=0    skipped=0\n"
     assert module.recap_problems(down) == ["node3: changed=0 unreachable=1 failed=0"]
+
+
+def test_the_topology_inventory_plugin_runs_from_the_installed_copy(installed_env, tmp_path):
+    """The inventory plugin and netaddr come from the installed copy and its venv: the shipped
+    manifest gives the same hosts and groups there as in the checkout."""
+    manifest = Path("inventories") / "cluster-80x5090"
+    installed = subprocess.run(
+        [str(VENV_BIN / "ansible-inventory"), "-i", str(INSTALLED / manifest), "--list"],
+        cwd=tmp_path,
+        env=installed_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    checkout = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(REPO / manifest), "--list"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got, expected = json.loads(installed.stdout), json.loads(checkout.stdout)
+    assert got["_meta"]["hostvars"], "the installed copy's topology plugin made no host"
+    assert sorted(got["_meta"]["hostvars"]) == sorted(expected["_meta"]["hostvars"])
+    assert sorted(got) == sorted(expected)
