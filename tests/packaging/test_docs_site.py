@@ -1,0 +1,189 @@
+"""The docs site: antsibull-docs and Sphinx render every module, plugin and role, and Chromium shows each page.
+
+scripts/docs_site.py builds build/docs-site (its tools in build/docs-venv, reused while
+requirements-docs.txt is unchanged) and loads every page in one headless Chromium with no network.
+What the pages show is compared with what plugins/ and roles/ declare (docs/docs-site.md).
+"""
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urldefrag
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "docs_site.py"
+SITE = REPO / "build" / "docs-site"
+COLLECTION_DIR = "collections/gpufleet/inference"
+# plugins/ folders that hold no plugin of their own, so no page.
+NOT_PLUGINS = {"module_utils", "plugin_utils", "doc_fragments", "modules"}
+# Filter and test files map plugin names to functions; the page is per name, not per file.
+MAPPING_CLASSES = {"filter": "FilterModule", "test": "TestModule"}
+# antsibull-docs writes "--" between a name and its short_description; Sphinx typesets it as an en dash.
+DASH = "\u2013"
+
+
+def script(*args: str) -> str:
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False, cwd=REPO)
+    assert proc.returncode == 0, f"docs_site.py {' '.join(args)} failed:\n{proc.stdout[-6000:]}{proc.stderr[-6000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    script("build")
+    out = tmp_path_factory.mktemp("docs-site") / "pages.json"
+    script("render", "--json", str(out))
+    return json.loads(out.read_text())
+
+
+def page_url(relative: str) -> str:
+    return (SITE / relative).as_uri()
+
+
+def documentation(path: Path) -> dict:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DOCUMENTATION" for t in node.targets):
+            return yaml.safe_load(node.value.value)
+    return {}
+
+
+def mapped_names(path: Path, class_name: str) -> list[str]:
+    """The keys of FilterModule.filters() / TestModule.tests(): each is a plugin with a page."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Dict):
+                    names += [key.value for key in inner.value.keys if isinstance(key, ast.Constant)]
+    return names
+
+
+def modules() -> dict[str, str]:
+    """Module name -> its short_description."""
+    found = {}
+    for path in sorted((REPO / "plugins" / "modules").glob("*.py")):
+        if not path.name.startswith("_"):
+            found[path.stem] = documentation(path).get("short_description", "")
+    return found
+
+
+def plugins() -> list[tuple[str, str]]:
+    """(plugin type, name) of every plugin that is not a module."""
+    found = []
+    for folder in sorted(p for p in (REPO / "plugins").iterdir() if p.is_dir() and p.name not in NOT_PLUGINS):
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            if folder.name in MAPPING_CLASSES:
+                found += [(folder.name, name) for name in mapped_names(path, MAPPING_CLASSES[folder.name])]
+            else:
+                found.append((folder.name, path.stem))
+    return found
+
+
+def roles() -> dict[str, dict]:
+    """Role name -> its entry points (argument_specs), {} when the role has no meta/argument_specs.yml."""
+    found = {}
+    for role in sorted(p for p in (REPO / "roles").iterdir() if p.is_dir()):
+        specs = role / "meta" / "argument_specs.yml"
+        found[role.name] = yaml.safe_load(specs.read_text())["argument_specs"] if specs.is_file() else {}
+    return found
+
+
+def expected_pages() -> list[str]:
+    names = [f"{name}_module" for name in modules()]
+    names += [f"{name}_{kind}" for kind, name in plugins()]
+    names += [f"{name}_role" for name in roles()]
+    return [f"{COLLECTION_DIR}/{name}.html" for name in names]
+
+
+def test_the_collection_has_something_to_document():
+    # Guards the expectations below against an empty glob after a move of plugins/ or roles/.
+    assert len(modules()) >= 10
+    assert ("filter", "vllm_nft") in plugins()
+    assert ("inventory", "topology") in plugins()
+    assert "main" in roles()["vllm"]
+
+
+def test_every_page_loads_from_files_only(pages):
+    problems = []
+    for name, page in sorted(pages.items()):
+        if page["error"]:
+            problems.append(f"{name}: {page['error']}")
+            continue
+        outside = [url for url in page["requests"] if not url.startswith(("file:", "data:"))]
+        if outside:
+            problems.append(f"{name} requests {outside}")
+        if page["failed"]:
+            problems.append(f"{name}: failed to load {page['failed']}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_module_has_its_page_with_name_and_short_description(pages):
+    problems = []
+    for name, short_description in modules().items():
+        page = pages.get(f"{COLLECTION_DIR}/{name}_module.html")
+        heading = f"gpufleet.inference.{name} module {DASH} {short_description}"
+        if page is None:
+            problems.append(f"{name}: no page")
+        elif page["h1"] != [heading] or not page["title"].startswith(heading):
+            problems.append(f"{name}: expected heading {heading!r}, Chromium shows {page['h1']} ({page['title']!r})")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_other_plugin_has_its_page(pages):
+    problems = []
+    for kind, name in plugins():
+        page = pages.get(f"{COLLECTION_DIR}/{name}_{kind}.html")
+        heading = f"gpufleet.inference.{name} {kind}"
+        if page is None:
+            problems.append(f"{kind} {name}: no page")
+        elif len(page["h1"]) != 1 or not page["h1"][0].startswith(heading):
+            problems.append(f"{kind} {name}: expected a heading {heading!r}..., Chromium shows {page['h1']}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_role_has_its_page_listing_its_entry_points(pages):
+    problems = []
+    for role, entry_points in roles().items():
+        page = pages.get(f"{COLLECTION_DIR}/{role}_role.html")
+        if not entry_points:
+            problems.append(f"{role}: no meta/argument_specs.yml, so no role page")
+            continue
+        if page is None:
+            problems.append(f"{role}: no page")
+            continue
+        if len(page["h1"]) != 1 or not page["h1"][0].startswith(f"gpufleet.inference.{role} role"):
+            problems.append(f"{role}: Chromium shows the heading {page['h1']}")
+        for entry_point, spec in entry_points.items():
+            heading = f"Entry point {entry_point}"
+            if spec.get("short_description"):
+                heading += f" {DASH} {spec['short_description']}"
+            if heading not in page["h2"]:
+                problems.append(f"{role}: no section {heading!r}; sections shown: {page['h2']}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_collection_index_links_every_page(pages):
+    index = pages.get(f"{COLLECTION_DIR}/index.html")
+    assert index is not None, "no collection index page"
+    linked = {urldefrag(url).url for url in index["links"]}
+    unlinked = [name for name in expected_pages() if page_url(name) not in linked]
+    assert not unlinked, f"the collection index does not link {unlinked}"
+    # And the site's front page leads to it: front page -> collection list -> this collection.
+    front = {urldefrag(url).url for url in pages["index.html"]["links"]}
+    assert page_url("collections/index.html") in front
+    listing = {urldefrag(url).url for url in pages["collections/index.html"]["links"]}
+    assert page_url(f"{COLLECTION_DIR}/index.html") in listing
+
+
+def test_docs_venv_uses_the_controller_ansible_core_pin():
+    def pin(path: Path) -> list[str]:
+        return [line.strip() for line in path.read_text().splitlines() if line.startswith("ansible-core==")]
+
+    assert pin(REPO / "requirements-docs.txt") == pin(REPO / "requirements.txt") != []
