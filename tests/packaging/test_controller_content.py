@@ -618,8 +618,10 @@ def credential_fields(inputs, where):
             problems.append(f"{fwhere}: the id must be a variable name other than tower")
         if not field.get("label"):
             problems.append(f"{fwhere}: a label is required")
-        if field.get("type", "string") not in ("string", "boolean"):
-            problems.append(f"{fwhere}: type must be string or boolean")
+        # AWX adds type: string where it is missing, so the stored inputs would differ from the
+        # file's and every apply would report a change.
+        if field.get("type") not in ("string", "boolean"):
+            problems.append(f"{fwhere}: type must be given, string or boolean")
         # Every field of these types holds a secret (the values that are not secret are the
         # inventory's), so every one is encrypted and masked.
         if field.get("secret") is not True:
@@ -1060,6 +1062,10 @@ BREAKAGES = {
     "injector of an undeclared field": (
         check_credential_types,
         lambda c: ctype(c, API_KEY)["injectors"]["extra_vars"].update(vllm_api_key="{{ apikey }}"),
+    ),
+    "field without its type": (
+        check_credential_types,
+        lambda c: ctype(c, API_KEY)["inputs"]["fields"][0].pop("type"),
     ),
     "secret field not secret": (
         check_credential_types,
