@@ -347,7 +347,7 @@ def playbook_texts(playbook):
     """The text of a playbook, the playbooks it imports and the task files of its roles."""
     entries, playbooks = playbook_runs(playbook)
     texts = [(REPO / path).read_text() for path in playbooks]
-    for role in sorted({role for role, _ in entries}):
+    for role in sorted({entry[0] for entry in entries}):
         texts += [path.read_text() for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml"))]
     return "\n".join(texts)
 
@@ -377,6 +377,10 @@ def inventory_values(content, inventory):
 # --- surveys ------------------------------------------------------------------------------------
 
 
+def is_integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def question_structure(question, where):
     """The keys and their types; None when the question is too broken to read further."""
     for key in ("type", "question_name", "variable", "required"):
@@ -395,7 +399,7 @@ def question_structure(question, where):
     if question["type"] == "password":
         problems.append(f"{where}: a password question asks for a secret; secrets come from the credentials")
     for key in ("min", "max"):
-        if question.get(key) is not None and type(question[key]) is not int:
+        if question.get(key) is not None and not is_integer(question[key]):
             problems.append(f"{where}: {key} must be an integer (AWX refuses other limits, a float question's too)")
     return question["type"], problems
 
@@ -412,7 +416,7 @@ def question_default(question, qtype, where):
                 " blank; give a default or make it required (an unanswered number is left out)"
             ]
         return None, []
-    if type(default) is not SURVEY_TYPES[qtype]:
+    if isinstance(default, bool) or not isinstance(default, SURVEY_TYPES[qtype]):
         return None, [
             f"{where}: default {default!r} must be of type {SURVEY_TYPES[qtype].__name__} for the {qtype} question"
         ]
@@ -731,44 +735,44 @@ def check_injector_collisions(content):
 # --- references -------------------------------------------------------------------------------
 
 
-def names(content, key):
+def names_of(content, key):
     return {item.get("name") for item in content.get(key, [])}
 
 
-def undefined(where, key, value, known):
+def not_defined(where, key, value, known):
     return [f"{where}: {key} {value!r} is not defined"] if value not in known else []
 
 
 def check_object_references(content):
     """Credentials, projects and inventory sources name objects that exist, and files that do."""
     problems = []
-    projects, inventories = names(content, "controller_projects"), names(content, "controller_inventories")
-    environments = names(content, "controller_execution_environments")
-    types = names(content, "controller_credential_types") | BUILTIN_CREDENTIAL_TYPES
+    projects, inventories = names_of(content, "controller_projects"), names_of(content, "controller_inventories")
+    environments = names_of(content, "controller_execution_environments")
+    types = names_of(content, "controller_credential_types") | BUILTIN_CREDENTIAL_TYPES
     for key in MODULES:
         listed = [item.get("name") for item in content.get(key, [])]
         problems += [f"{key}: {name!r} is defined twice" for name in sorted({n for n in listed if listed.count(n) > 1})]
     for credential in content.get("controller_credentials", []):
         where = f"credential {credential['name']!r}"
-        problems += undefined(where, "credential type", credential.get("credential_type"), types)
+        problems += not_defined(where, "credential type", credential.get("credential_type"), types)
         if "inputs" in credential:
             problems.append(
                 f"{where}: inputs are the operator's (gpufleet_controller_credential_inputs), not the repository's"
             )
     for project in content.get("controller_projects", []):
         if project.get("default_environment"):
-            problems += undefined(
+            problems += not_defined(
                 f"project {project['name']!r}", "execution environment", project["default_environment"], environments
             )
     for source in content.get("controller_inventory_sources", []):
         where = f"inventory source {source['name']!r}"
-        problems += undefined(where, "inventory", source.get("inventory"), inventories)
+        problems += not_defined(where, "inventory", source.get("inventory"), inventories)
         if source.get("source") == "scm":
-            problems += undefined(where, "project", source.get("source_project"), projects)
+            problems += not_defined(where, "project", source.get("source_project"), projects)
             if not (REPO / str(source.get("source_path"))).is_file():
                 problems.append(f"{where}: {source.get('source_path')} is not a file of the repository")
         if source.get("execution_environment"):
-            problems += undefined(where, "execution environment", source["execution_environment"], environments)
+            problems += not_defined(where, "execution environment", source["execution_environment"], environments)
     return problems
 
 
@@ -776,18 +780,18 @@ def check_template_references(content):
     """Each template's playbook, project, inventory, EE, credentials and tags exist."""
     problems = []
     known = {
-        "project": names(content, "controller_projects"),
-        "inventory": names(content, "controller_inventories"),
-        "execution_environment": names(content, "controller_execution_environments"),
+        "project": names_of(content, "controller_projects"),
+        "inventory": names_of(content, "controller_inventories"),
+        "execution_environment": names_of(content, "controller_execution_environments"),
     }
-    credentials = names(content, "controller_credentials")
+    credentials = names_of(content, "controller_credentials")
     for template in content.get("controller_templates", []):
         where = f"template {template.get('name')!r}"
         playbook = str(template.get("playbook"))
         for key, values in known.items():
-            problems += undefined(where, key, template.get(key), values)
+            problems += not_defined(where, key, template.get(key), values)
         for credential in template.get("credentials", []):
-            problems += undefined(where, "credential", credential, credentials)
+            problems += not_defined(where, "credential", credential, credentials)
         if not playbook.startswith("playbooks/") or not (REPO / playbook).is_file():
             problems.append(f"{where}: playbook {playbook} is not a playbook of the project (playbooks/*.yml)")
             continue
@@ -806,7 +810,9 @@ def check_workflow_references(content):
     for workflow in content.get("controller_workflows", []):
         where = f"workflow {workflow['name']!r}"
         if workflow.get("inventory"):
-            problems += undefined(where, "inventory", workflow["inventory"], names(content, "controller_inventories"))
+            problems += not_defined(
+                where, "inventory", workflow["inventory"], names_of(content, "controller_inventories")
+            )
         nodes = workflow.get("workflow_nodes") or []
         identifiers = [node.get("identifier") for node in nodes]
         if len(set(identifiers)) != len(identifiers):
@@ -943,15 +949,15 @@ def test_content_has_every_list():
 # --- every check can fail ---------------------------------------------------------------------
 
 
-def template(content, name):
+def find_template(content, name):
     return next(item for item in content["controller_templates"] if item["name"] == name)
 
 
-def question(content, name, variable):
-    return next(q for q in template(content, name)["survey_spec"]["spec"] if q["variable"] == variable)
+def find_question(content, name, variable):
+    return next(q for q in find_template(content, name)["survey_spec"]["spec"] if q["variable"] == variable)
 
 
-def ctype(content, name):
+def find_ctype(content, name):
     return next(item for item in content["controller_credential_types"] if item["name"] == name)
 
 
@@ -963,125 +969,134 @@ REPOSITORIES = "gpufleet repository credentials"
 
 BREAKAGES = {
     # awx.awx's options, and what the apply playbook passes.
-    "unknown job_template option": (check_module_options, lambda c: template(c, FLAGSHIP).update(ask_variables=True)),
+    "unknown job_template option": (
+        check_module_options,
+        lambda c: find_template(c, FLAGSHIP).update(ask_variables=True),
+    ),
     "unknown workflow node suboption": (
         check_module_options,
         lambda c: c["controller_workflows"][0]["workflow_nodes"][0].update(success=[]),
     ),
-    "key the apply drops": (check_apply_passes_every_key, lambda c: template(c, FLAGSHIP).update(forks=5)),
+    "key the apply drops": (check_apply_passes_every_key, lambda c: find_template(c, FLAGSHIP).update(forks=5)),
     # Survey rules.
-    "survey without description": (check_surveys, lambda c: template(c, FABRIC)["survey_spec"].pop("description")),
-    "survey without name": (check_surveys, lambda c: template(c, FABRIC)["survey_spec"].pop("name")),
-    "question without required": (check_surveys, lambda c: question(c, FABRIC, "fabric_validate_mode").pop("required")),
+    "survey without description": (check_surveys, lambda c: find_template(c, FABRIC)["survey_spec"].pop("description")),
+    "survey without name": (check_surveys, lambda c: find_template(c, FABRIC)["survey_spec"].pop("name")),
+    "question without required": (
+        check_surveys,
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").pop("required"),
+    ),
     "unknown question type": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_duration").update(type="number"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_duration").update(type="number"),
     ),
     "variable asked twice": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_streams").update(variable="fabric_validate_duration"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_streams").update(variable="fabric_validate_duration"),
     ),
     "multiplechoice default not a choice": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").update(default="mesh"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").update(default="mesh"),
     ),
     "multiplechoice without choices": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").pop("choices"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").pop("choices"),
     ),
     "multiselect default outside the choices": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").update(type="multiselect", default="circle\nmesh"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").update(type="multiselect", default="circle\nmesh"),
     ),
     "multiselect default with an empty line": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").update(type="multiselect", default="circle\n\nring"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").update(type="multiselect", default="circle\n\nring"),
     ),
     "integer default above max": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_streams").update(default=129),
+        lambda c: find_question(c, FABRIC, "fabric_validate_streams").update(default=129),
     ),
     "integer default of the wrong type": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_streams").update(default="4"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_streams").update(default="4"),
     ),
     "float default that is an int": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_min_line_fraction").update(default=1),
+        lambda c: find_question(c, FABRIC, "fabric_validate_min_line_fraction").update(default=1),
     ),
     "float limit that is a float": (
         check_surveys,
-        lambda c: question(c, FABRIC, "fabric_validate_min_line_fraction").update(max=1.5),
+        lambda c: find_question(c, FABRIC, "fabric_validate_min_line_fraction").update(max=1.5),
     ),
     "text default longer than max": (
         check_surveys,
-        lambda c: question(c, FLAGSHIP, "nvidia_driver_branch").update(default="58000"),
+        lambda c: find_question(c, FLAGSHIP, "nvidia_driver_branch").update(default="58000"),
     ),
-    "optional text without default": (check_surveys, lambda c: question(c, DRAIN, "reason").update(required=False)),
-    "password question": (check_surveys, lambda c: question(c, DRAIN, "reason").update(type="password")),
+    "optional text without default": (
+        check_surveys,
+        lambda c: find_question(c, DRAIN, "reason").update(required=False),
+    ),
+    "password question": (check_surveys, lambda c: find_question(c, DRAIN, "reason").update(type="password")),
     # Survey variables against the playbooks.
     "variable in no argument spec": (
         check_survey_variables,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").update(variable="fabric_mode"),
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").update(variable="fabric_mode"),
     ),
     "variable of a role the playbook does not run": (
         check_survey_variables,
-        lambda c: question(c, DRAIN, "reason").update(variable="vllm_model_path"),
+        lambda c: find_question(c, DRAIN, "reason").update(variable="vllm_model_path"),
     ),
     "default against the inventory": (
         check_survey_variables,
-        lambda c: question(c, FLAGSHIP, "vllm_model_path").update(default="/srv/model"),
+        lambda c: find_question(c, FLAGSHIP, "vllm_model_path").update(default="/srv/model"),
     ),
     "default against the role default": (
         check_survey_variables,
-        lambda c: question(c, FABRIC, "fabric_validate_duration").update(default=20),
+        lambda c: find_question(c, FABRIC, "fabric_validate_duration").update(default=20),
     ),
     "choice the role refuses": (
         check_survey_variables,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").update(choices=["circle", "mesh"]),
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").update(choices=["circle", "mesh"]),
     ),
     "boolean role variable": (
         check_survey_variables,
-        lambda c: question(c, FABRIC, "fabric_validate_mode").update(
+        lambda c: find_question(c, FABRIC, "fabric_validate_mode").update(
             variable="fabric_validate_jumbo_check", choices=["true"], default="true"
         ),
     ),
     "secret variable asked": (
         check_survey_variables,
-        lambda c: question(c, FLAGSHIP, "vllm_model_path").update(variable="vllm_hf_token", default=""),
+        lambda c: find_question(c, FLAGSHIP, "vllm_model_path").update(variable="vllm_hf_token", default=""),
     ),
     # Credential types.
     "ANSIBLE_ environment name": (
         check_credential_types,
-        lambda c: ctype(c, API_KEY)["injectors"].update(env={"ANSIBLE_API_KEY": "{{ api_key }}"}),
+        lambda c: find_ctype(c, API_KEY)["injectors"].update(env={"ANSIBLE_API_KEY": "{{ api_key }}"}),
     ),
     "blocklisted environment name": (
         check_credential_types,
-        lambda c: ctype(c, API_KEY)["injectors"].update(env={"JOB_ID": "{{ api_key }}"}),
+        lambda c: find_ctype(c, API_KEY)["injectors"].update(env={"JOB_ID": "{{ api_key }}"}),
     ),
     "injector of an undeclared field": (
         check_credential_types,
-        lambda c: ctype(c, API_KEY)["injectors"]["extra_vars"].update(vllm_api_key="{{ apikey }}"),
+        lambda c: find_ctype(c, API_KEY)["injectors"]["extra_vars"].update(vllm_api_key="{{ apikey }}"),
     ),
     "field without its type": (
         check_credential_types,
-        lambda c: ctype(c, API_KEY)["inputs"]["fields"][0].pop("type"),
+        lambda c: find_ctype(c, API_KEY)["inputs"]["fields"][0].pop("type"),
     ),
     "secret field not secret": (
         check_credential_types,
-        lambda c: ctype(c, API_KEY)["inputs"]["fields"][0].pop("secret"),
+        lambda c: find_ctype(c, API_KEY)["inputs"]["fields"][0].pop("secret"),
     ),
     "optional field over a non-empty default": (
         check_credential_types,
-        lambda c: ctype(c, REPOSITORIES)["inputs"]["required"].remove("nvidia_container_toolkit_repo_url"),
+        lambda c: find_ctype(c, REPOSITORIES)["inputs"]["required"].remove("nvidia_container_toolkit_repo_url"),
     ),
     "injected variable in no argument spec": (
         check_credential_types,
-        lambda c: ctype(c, API_KEY)["injectors"]["extra_vars"].update(vllm_key="{{ api_key }}"),
+        lambda c: find_ctype(c, API_KEY)["injectors"]["extra_vars"].update(vllm_key="{{ api_key }}"),
     ),
     "collision across credential types": (
         check_injector_collisions,
-        lambda c: ctype(c, "gpufleet Hugging Face token")["injectors"]["extra_vars"].update(
+        lambda c: find_ctype(c, "gpufleet Hugging Face token")["injectors"]["extra_vars"].update(
             vllm_api_key="{{ hf_token }}"
         ),
     ),
@@ -1096,20 +1111,20 @@ BREAKAGES = {
     ),
     "missing playbook": (
         check_template_references,
-        lambda c: template(c, FABRIC).update(playbook="playbooks/validate-fabric.yml"),
+        lambda c: find_template(c, FABRIC).update(playbook="playbooks/validate-fabric.yml"),
     ),
     "missing credential": (
         check_template_references,
-        lambda c: template(c, FABRIC)["credentials"].append("gpufleet vault"),
+        lambda c: find_template(c, FABRIC)["credentials"].append("gpufleet vault"),
     ),
     "missing execution environment": (
         check_template_references,
-        lambda c: template(c, FABRIC).update(execution_environment="default EE"),
+        lambda c: find_template(c, FABRIC).update(execution_environment="default EE"),
     ),
-    "missing project": (check_template_references, lambda c: template(c, FABRIC).update(project="gpufleet")),
+    "missing project": (check_template_references, lambda c: find_template(c, FABRIC).update(project="gpufleet")),
     "unknown job tag": (
         check_template_references,
-        lambda c: template(c, "gpufleet GPU acceptance").update(job_tags="gpu_accept"),
+        lambda c: find_template(c, "gpufleet GPU acceptance").update(job_tags="gpu_accept"),
     ),
     "credential with inputs in the repository": (
         check_object_references,
@@ -1123,7 +1138,7 @@ BREAKAGES = {
     ),
     "node prompt the template does not allow": (
         check_workflow_references,
-        lambda c: template(c, FLAGSHIP).pop("ask_skip_tags_on_launch"),
+        lambda c: find_template(c, FLAGSHIP).pop("ask_skip_tags_on_launch"),
     ),
     "workflow node that hands on its artifacts": (
         check_workflow_shape,
@@ -1137,9 +1152,9 @@ BREAKAGES = {
     ),
     "operator playbook without a template": (
         check_operator_playbooks,
-        lambda c: c["controller_templates"].remove(template(c, "gpufleet rolling restart")),
+        lambda c: c["controller_templates"].remove(find_template(c, "gpufleet rolling restart")),
     ),
-    "undocumented template": (check_docs, lambda c: template(c, FABRIC).update(name="gpufleet fabric check")),
+    "undocumented template": (check_docs, lambda c: find_template(c, FABRIC).update(name="gpufleet fabric check")),
 }
 
 
