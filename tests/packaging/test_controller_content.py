@@ -204,13 +204,34 @@ def module_options(module):
     raise AssertionError(f"awx.awx.{module} has no DOCUMENTATION")
 
 
+# The Python types of the option types that awx.awx's DOCUMENTATION uses.
+OPTION_TYPES = {"str": str, "bool": bool, "int": int, "float": (int, float), "list": list, "dict": dict}
+
+
+def value_problems(value, option, where):
+    """The value's type (and its elements') and choices, as the module's argument spec checks them."""
+    kind = OPTION_TYPES.get(option.get("type", "str"))
+    if kind is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        return [f"{where}: {value!r} is not of type {option.get('type', 'str')}"]
+    elements = OPTION_TYPES.get(option.get("elements", ""))
+    values = value if isinstance(value, list) else [value]
+    if elements is not None and not all(isinstance(element, elements) for element in values):
+        return [f"{where}: the elements of {value!r} are not of type {option['elements']}"]
+    choices = [str(choice) for choice in option.get("choices") or []]
+    if choices and any(str(element) not in choices for element in values):
+        return [f"{where}: {value!r} is not one of {choices}"]
+    return []
+
+
 def unknown_options(value, options, where):
-    """Keys of value that the module's options (or suboptions) do not declare, recursively."""
+    """Keys of value that the module's options (or suboptions) do not declare, and values that
+    their types and choices refuse, recursively."""
     problems = []
     for key, item in value.items():
         if key not in options:
             problems.append(f"{where}: {key} is no option (known: {', '.join(sorted(options))})")
             continue
+        problems += value_problems(item, options[key], f"{where}.{key}")
         suboptions = options[key].get("suboptions")
         if not suboptions:
             continue
@@ -976,6 +997,14 @@ BREAKAGES = {
     "unknown workflow node suboption": (
         check_module_options,
         lambda c: c["controller_workflows"][0]["workflow_nodes"][0].update(success=[]),
+    ),
+    "option value outside its choices": (
+        check_module_options,
+        lambda c: find_template(c, FLAGSHIP).update(job_type="dry"),
+    ),
+    "option value of the wrong type": (
+        check_module_options,
+        lambda c: find_template(c, FLAGSHIP).update(ask_limit_on_launch="false"),
     ),
     "key the apply drops": (check_apply_passes_every_key, lambda c: find_template(c, FLAGSHIP).update(forks=5)),
     # Survey rules.
