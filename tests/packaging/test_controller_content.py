@@ -63,6 +63,7 @@ OPERATOR_PLAYBOOKS = {
     "playbooks/gpu_stack.yml",
     "playbooks/frontdoor_drain.yml",
     "playbooks/frontdoor_undrain.yml",
+    "playbooks/frontdoor_report.yml",
     "playbooks/rolling_restart.yml",
 }
 
