@@ -41,6 +41,8 @@ from jinja2.sandbox import SandboxedEnvironment
 ROOT = Path(__file__).resolve().parents[1]
 CONTENT = ROOT / "controller"
 VENV_BIN = ROOT / ".venv" / "bin"
+# Credential types every controller has built in (not in controller/credential_types.yml).
+BUILTIN_TYPES = {"Machine", "Vault", "Source Control", "Container Registry"}
 # The controller's own survey types whose answers are strings; numbers stay numbers.
 NUMERIC = {"integer": int, "float": float}
 
@@ -117,8 +119,13 @@ def inject(content: dict, template: dict, inputs: dict[str, dict], env_dir: Path
     extra_vars: dict = {}
     envvars: dict = {}
     secrets: list[str] = []
+    defined = {item.get("name") for item in content.get("controller_credential_types", [])}
     for credential_name in template.get("credentials", []):
         credential = by_name(content, "controller_credentials", credential_name)
+        if credential["credential_type"] not in defined and credential["credential_type"] in BUILTIN_TYPES:
+            # The controller's own kinds (the SSH key, a vault password): here the inventory and
+            # the caller's ssh-agent or key file stand in for them, as on the lab's hosts.
+            continue
         ctype = by_name(content, "controller_credential_types", credential["credential_type"])
         fields = {f["id"]: f for f in (ctype.get("inputs") or {}).get("fields", [])}
         given = dict(credential.get("inputs") or {}, **inputs.get(credential_name, {}))
@@ -130,13 +137,14 @@ def inject(content: dict, template: dict, inputs: dict[str, dict], env_dir: Path
             )
         secrets += [str(given[f]) for f, spec in fields.items() if spec.get("secret") and given.get(f)]
         injectors = ctype.get("injectors") or {}
-        context: dict = dict(given)
+        # A controller renders a field nobody filled in as an empty string.
+        context: dict = {**dict.fromkeys(fields, ""), **given}
         files = {}
         for file_key, file_template in (injectors.get("file") or {}).items():
             # AWX names them template (one file) or template.NAME; {{ tower.filename[.NAME] }}.
             handle, path = tempfile.mkstemp(prefix="cred-", suffix=".cred", dir=env_dir)
             with os.fdopen(handle, "w") as out:
-                out.write(render(file_template, given))
+                out.write(render(file_template, context))
             os.chmod(path, 0o600)
             files[file_key.removeprefix("template").removeprefix(".") or None] = path
         if files:

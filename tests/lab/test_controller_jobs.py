@@ -18,22 +18,31 @@ CONTENT = {
         {
             "name": "Example token",
             "kind": "cloud",
-            "inputs": {"fields": [{"id": "token", "type": "string", "secret": True}], "required": ["token"]},
+            "inputs": {
+                "fields": [
+                    {"id": "token", "type": "string", "secret": True},
+                    {"id": "realm", "type": "string"},
+                ],
+                "required": ["token"],
+            },
             "injectors": {
                 "env": {"EXAMPLE_TOKEN": "{{ token }}", "EXAMPLE_TOKEN_FILE": "{{ tower.filename }}"},
                 "file": {"template": "token={{ token }}\n"},
-                "extra_vars": {"example_token_length": "{{ token | length }}"},
+                "extra_vars": {"example_token_length": "{{ token | length }}", "example_realm": "{{ realm }}"},
             },
         }
     ],
-    "controller_credentials": [{"name": "example", "credential_type": "Example token"}],
+    "controller_credentials": [
+        {"name": "example", "credential_type": "Example token"},
+        {"name": "ssh", "credential_type": "Machine"},
+    ],
     "controller_templates": [
         {
             "name": "example job",
             "playbook": "playbooks/job.yml",
             "job_type": "run",
             "diff_mode": True,
-            "credentials": ["example"],
+            "credentials": ["example", "ssh"],
             "extra_vars": {"from_template": "t", "overridden": "template"},
             "ask_variables_on_launch": True,
             "survey_enabled": True,
@@ -78,6 +87,7 @@ JOB = """\
           from_template: "{{ from_template | default('none') }}"
           overridden: "{{ overridden | default('none') }}"
           token_length: "{{ example_token_length }}"
+          realm: "{{ example_realm }}"
           env_length: "{{ lookup('ansible.builtin.env', 'EXAMPLE_TOKEN') | length }}"
           file_ok: "{{ (token_file.content | b64decode) == 'token=' ~ lookup('ansible.builtin.env', 'EXAMPLE_TOKEN') }}"
           check_mode: "{{ ansible_check_mode }}"
@@ -138,6 +148,8 @@ def test_a_launch_with_the_survey_defaults(lab):
         "overridden": "launch",
         # A controller renders injected extra_vars to strings.
         "token_length": str(len(SECRET)),
+        # An optional field left empty renders as an empty string; the built-in ssh one is skipped.
+        "realm": "",
         "env_length": len(SECRET),
         "file_ok": True,
         "check_mode": False,
