@@ -3,7 +3,7 @@
 ansible-runner is what AWX and Automation Platform run a job with. This script builds the
 private data directory a controller would hand it for one job template, without a controller:
 
-    env/extravars   the template's extra_vars, then its survey defaults, then the launch's own
+    env/extravars   the template's extra_vars, then its survey's answers (or defaults), then the launch's own
                     extra vars (later wins, as a controller applies them), then what the
                     template's credentials inject as extra_vars
     env/envvars     what the template's credentials inject as environment variables
@@ -16,7 +16,7 @@ given. The job's status, rc, its set_stats (the artifacts AWX shows) and its out
 The environment, credential files and extravars are written 0600 and never printed.
 
     .venv/bin/python scripts/controller_jobs.py list
-    .venv/bin/python scripts/controller_jobs.py run "NAME" -i INVENTORY [-e KEY=JSON] \\
+    .venv/bin/python scripts/controller_jobs.py run "NAME" -i INVENTORY [-a VARIABLE=ANSWER] [-e KEY=JSON] \\
         [--input CREDENTIAL.FIELD=VALUE] [--tags T] [--skip-tags T] [--data-dir DIR]
 """
 
@@ -83,27 +83,53 @@ def by_name(content: dict, key: str, name: str) -> dict:
     raise JobError(f"{key}: no {name!r}; known: {known or 'none'}")
 
 
-def survey_defaults(template: dict) -> dict:
-    """The answers a launch that accepts every default gives, typed as the controller types them."""
+def survey_answers(template: dict, given: dict | None = None) -> dict:
+    """The survey's answers: the operator's where given, else the defaults, typed and checked as
+    the controller types and checks them (required, choices, length of text, range of numbers)."""
     spec = template.get("survey_spec") or {}
+    given = dict(given or {})
     if not template.get("survey_enabled", bool(spec)):
+        if given:
+            raise JobError(f"{template['name']}: has no survey to answer {', '.join(sorted(given))}")
         return {}
+    questions = {question["variable"]: question for question in spec.get("spec", [])}
+    unknown = sorted(set(given) - set(questions))
+    if unknown:
+        raise JobError(
+            f"{template['name']}: no survey question for {', '.join(unknown)}; asked: {', '.join(questions)}"
+        )
     answers = {}
-    for question in spec.get("spec", []):
-        if "default" not in question or question["default"] in ("", None):
+    for variable, question in questions.items():
+        value = given.get(variable, question.get("default"))
+        if value in ("", None):
             if question.get("required"):
-                raise JobError(
-                    f"{template['name']}: survey question {question['variable']!r} is required and has no "
-                    "default; give it with -e"
-                )
+                raise JobError(f"{template['name']}: survey question {variable!r} is required; answer it")
             continue
-        value = question["default"]
-        if question["type"] in NUMERIC:
-            value = NUMERIC[question["type"]](value)
-        elif question["type"] == "multiselect" and isinstance(value, str):
-            value = [line for line in value.split("\n") if line]
-        answers[question["variable"]] = value
+        answers[variable] = typed_answer(f"{template['name']}: {variable}", question, value)
     return answers
+
+
+def typed_answer(where: str, question: dict, value):
+    """One answer as the controller types it, or a JobError saying which rule it breaks."""
+    kind = question["type"]
+    if kind in NUMERIC:
+        value = NUMERIC[kind](value)
+        low, high = question.get("min"), question.get("max")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise JobError(f"{where}={value} is outside {low}..{high}")
+    elif kind == "multiselect":
+        value = [line for line in value.split("\n") if line] if isinstance(value, str) else list(value)
+        stray = [item for item in value if item not in question.get("choices", [])]
+        if stray:
+            raise JobError(f"{where}: {stray} not among {question.get('choices')}")
+    elif kind == "multiplechoice" and value not in question.get("choices", []):
+        raise JobError(f"{where}={value!r} is not among {question.get('choices')}")
+    elif kind in ("text", "textarea", "password"):
+        value = str(value)
+        low, high = question.get("min") or 0, question.get("max")
+        if len(value) < low or (high is not None and len(value) > high):
+            raise JobError(f"{where} must be {low} to {high} characters")
+    return value
 
 
 def render(template_text, context: dict):
@@ -201,6 +227,7 @@ def launch(
     inventory: Path,
     *,
     extra_vars: dict | None = None,
+    answers: dict | None = None,
     inputs: dict[str, dict] | None = None,
     tags: str | None = None,
     skip_tags: str | None = None,
@@ -224,7 +251,8 @@ def launch(
     env_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
     cred_vars, cred_env, secrets = inject(content, template, inputs or {}, env_dir)
-    variables = {**(template.get("extra_vars") or {}), **survey_defaults(template), **(extra_vars or {}), **cred_vars}
+    survey = survey_answers(template, answers)
+    variables = {**(template.get("extra_vars") or {}), **survey, **(extra_vars or {}), **cred_vars}
     write_private(env_dir / "extravars", variables)
     write_private(env_dir / "envvars", {**(env or {}), **cred_env})
     cmdline = command_line(template, tags, skip_tags, limit)
@@ -302,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("name")
     run.add_argument("-i", "--inventory", required=True, type=Path)
     run.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("-a", "--answer", action="append", default=[], metavar="VARIABLE=VALUE", help="a survey answer")
     run.add_argument("--input", action="append", default=[], metavar="CREDENTIAL.FIELD=VALUE")
     run.add_argument("--tags")
     run.add_argument("--skip-tags")
@@ -323,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             args.name,
             args.inventory,
             extra_vars=parse_pairs(args.extra_var, "-e"),
+            answers={key: str(value) for key, value in parse_pairs(args.answer, "-a").items()},
             inputs=inputs,
             tags=args.tags,
             skip_tags=args.skip_tags,

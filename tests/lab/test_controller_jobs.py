@@ -200,3 +200,21 @@ def test_launch_vars_need_ask_variables_on_launch(lab):
 def test_an_unknown_template_lists_the_known_ones(lab):
     with pytest.raises(jobs.JobError, match="no 'nope'; known: check job, example job"):
         lab("nope")
+
+
+def test_survey_answers_replace_the_defaults(lab):
+    job = lab("example job", answers={"count": "5", "picked": "b", "overridden": "answer"})
+    assert (job.stats["count"], job.stats["picked"], job.stats["overridden"]) == (5, ["b"], "answer")
+
+
+@pytest.mark.parametrize(
+    ("answers", "message"),
+    [
+        ({"nope": "1"}, "no survey question for nope"),
+        ({"picked": "z"}, r"picked: \['z'\] not among"),
+        ({"count": ""}, "'count' is required"),
+    ],
+)
+def test_a_bad_survey_answer_is_refused(lab, answers, message):
+    with pytest.raises(jobs.JobError, match=message):
+        lab("example job", answers=answers)
