@@ -158,7 +158,9 @@ def step_label(argv: list[str]) -> str:
     """A short name for a step in the summary: the scenario of a molecule run, else the script or command."""
     if argv[:3] == ["molecule", "test", "-s"]:
         return argv[3]
-    script = next((a for a in argv[1:] if a.endswith(".py")), None)
+    # An option's value (pytest's --ignore PATH) names no script of the step.
+    args = [a for n, a in enumerate(argv[1:], 1) if argv[n - 1] != "--ignore"]
+    script = next((a for a in args if a.endswith(".py")), None)
     if script is None:
         return Path(argv[0]).name
     rest = argv[argv.index(script) + 1 :]

@@ -67,3 +67,7 @@ def test_step_labels():
     assert run_tests.step_label(["molecule", "test", "-s", "vllm"]) == "vllm"
     assert run_tests.step_label(["/venv/bin/python", "/repo/benchmarks/site.py", "run"]) == "site run"
     assert run_tests.step_label(["/venv/bin/ansible", "localhost"]) == "ansible"
+
+
+def test_the_pytest_stage_is_labelled_pytest_not_by_the_file_it_leaves_out():
+    assert run_tests.step_label(run_tests.STAGES["pytest"][0]) == "pytest"
