@@ -20,6 +20,7 @@ Needs PyYAML only, which ansible-core already depends on.
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import sys
 from pathlib import Path
@@ -49,6 +50,10 @@ MARKUP = (
     (re.compile(r"\bU\(([^)]*)\)"), r"\1"),
     (re.compile(r"\bI\(([^)]*)\)"), r"*\1*"),
     (re.compile(r"\bB\(([^)]*)\)"), r"**\1**"),
+    # Another role's option, O(gpufleet.inference.vllm#role:main:vllm_api_key), shows its name;
+    # a plugin, P(gpufleet.inference.fabric_network_plan#filter), shows its full name.
+    (re.compile(r"\bO\([\w.]+#role:[\w-]+:([^)]*)\)"), r"`\1`"),
+    (re.compile(r"\bP\(([^)#]*)#\w+\)"), r"`\1`"),
     (re.compile(r"\b(?:C|O|V|M|E|RV)\(([^)]*)\)"), r"`\1`"),
     (re.compile(r"\bHORIZONTALLINE\b"), ""),
 )
@@ -260,6 +265,13 @@ def same(left, right) -> bool:
     return left == right
 
 
+def computed_typed(option: dict, value) -> bool:
+    """An int, bool, float or list option whose default defaults/main.yml computes: its spec
+    cannot carry the expression (antsibull-docs refuses it), so it gives none and the table
+    shows defaults/main.yml's (with_computed)."""
+    return templated(value) and "default" not in option and option.get("type", "str") != "str"
+
+
 def check_defaults(role: Path, specs: dict) -> list[str]:
     """defaults/main.yml against the options of every entry point."""
     problems = []
@@ -282,7 +294,7 @@ def check_defaults(role: Path, specs: dict) -> list[str]:
                 problems.append(f"{where}: not in defaults/main.yml; an optional variable needs its default there")
                 continue
             value = defaults[name]
-            if same(option.get("default"), value):
+            if same(option.get("default"), value) or computed_typed(option, value):
                 continue
             claim = literal(option["default"]) if "default" in option else "not set (null)"
             if templated(value):
@@ -293,6 +305,17 @@ def check_defaults(role: Path, specs: dict) -> list[str]:
             else:
                 problems.append(f"{where}: the spec's default, {claim}, is not defaults/main.yml's {literal(value)}")
     return problems
+
+
+def with_computed(specs: dict, defaults: dict) -> dict:
+    """The specs as the tables show them: a typed option whose default defaults/main.yml computes
+    (no spec default, see check_defaults) shows that expression."""
+    shown = copy.deepcopy(specs)
+    for spec in shown.values():
+        for name, option in ((spec or {}).get("options") or {}).items():
+            if option is not None and "default" not in option and templated(defaults.get(name)):
+                option["default"] = defaults[name]
+    return shown
 
 
 def role_dirs(root: Path) -> list[Path]:
@@ -312,9 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = []
     for role in roles:
         specs = load_yaml(role / "meta" / "argument_specs.yml")["argument_specs"]
-        if args.write and write_readme(role, specs):
+        shown = with_computed(specs, load_yaml(role / "defaults" / "main.yml") or {})
+        if args.write and write_readme(role, shown):
             print(f"wrote {role / 'README.md'}")
-        problems += check_readme(role, specs) if args.check else []
+        problems += check_readme(role, shown) if args.check else []
         problems += check_defaults(role, specs)
     for problem in problems:
         print(problem, file=sys.stderr)

@@ -70,7 +70,7 @@ options:
     default: []
   flags:
     description:
-      - The flags of the RPC server being deployed, as M(gpufleet.inference.llama_cpp_help_flags)
+      - The flags of the RPC server being deployed, as P(gpufleet.inference.llama_cpp_help_flags#filter)
         reads them from its C(--help) (the C(llama_cpp_rpc_server_flags) fact). Empty or C(none)
         skips that check, while the build is not installed yet.
     type: dict

@@ -51,7 +51,7 @@ options:
     default: ""
   flags:
     description:
-      - The flags of the llama-server being deployed, as M(gpufleet.inference.llama_cpp_help_flags)
+      - The flags of the llama-server being deployed, as P(gpufleet.inference.llama_cpp_help_flags#filter)
         reads them from its C(--help) (the C(llama_cpp_server_flags) fact). Every flag in
         C(extra_args) must be one of them; the message names the closest real flag. Empty or
         C(none) skips the check, while the build is not installed yet.

@@ -151,3 +151,14 @@ def test_write_replaces_a_hand_written_table(roles, role_docs):
     assert role_docs("--check", "--roles", str(roles)).returncode == 1
     assert role_docs("--write", "--roles", str(roles)).returncode == 0
     assert readme.read_text() == generated
+
+
+def test_a_computed_default_of_a_typed_option_needs_no_spec_default():
+    # antsibull-docs refuses an expression as an int option's default; a str option keeps it.
+    computed = "{{ x | default(9000) }}"
+    assert ROLE_DOCS.computed_typed({"type": "int"}, computed)
+    assert not ROLE_DOCS.computed_typed({"type": "str"}, computed)
+    assert not ROLE_DOCS.computed_typed({"type": "int", "default": 1}, computed)
+    assert not ROLE_DOCS.computed_typed({"type": "int"}, 9000)
+    shown = ROLE_DOCS.with_computed({"main": {"options": {"mtu": {"type": "int"}}}}, {"mtu": computed})
+    assert shown["main"]["options"]["mtu"]["default"] == computed
