@@ -66,12 +66,14 @@ class Job:
 
 
 def load_content(content_dir: Path = CONTENT) -> dict[str, list[dict]]:
-    """Every controller_* list of every YAML file in content_dir, merged by key."""
+    """Every controller_* list of the YAML files in content_dir; each list lives in one file
+    (tests/packaging/test_controller_content.py holds the content to the same rule)."""
     content: dict[str, list[dict]] = {}
     for path in sorted(content_dir.glob("*.yml")):
         for key, value in (yaml.safe_load(path.read_text()) or {}).items():
-            if key.startswith("controller_") and isinstance(value, list):
-                content.setdefault(key, []).extend(value)
+            if key in content:
+                raise JobError(f"{key} is defined twice in {content_dir}")
+            content[key] = value
     return content
 
 

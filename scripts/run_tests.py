@@ -111,7 +111,7 @@ STAGES: dict[str, list] = {
     # tests/unit runs once, under ansible-test units (the same pytest files, in the collection
     # layout); plain pytest runs only what ansible-test does not collect.
     "pytest": [
-        ["pytest", "-q", "-p", "no:cacheprovider", "tests/lab", "tests/packaging", "--ignore", str(DOCS_SITE_TEST)]
+        ["pytest", "-q", "-p", "no:cacheprovider", "tests/lab", "tests/packaging", f"--ignore={DOCS_SITE_TEST}"]
     ],
     # The antsibull-docs site read back in headless Chromium (docs/docs-site.md); see OPTIONAL.
     "docs-site": [["pytest", "-q", "-p", "no:cacheprovider", str(DOCS_SITE_TEST)]],
@@ -159,9 +159,8 @@ def step_label(argv: list[str]) -> str:
     """A short name for a step in the summary: the scenario of a molecule run, else the script or command."""
     if argv[:3] == ["molecule", "test", "-s"]:
         return argv[3]
-    # An option's value (pytest's --ignore PATH) names no script of the step.
-    args = [a for n, a in enumerate(argv[1:], 1) if argv[n - 1] != "--ignore"]
-    script = next((a for a in args if a.endswith(".py")), None)
+    # An option (pytest's --ignore=PATH) names no script of the step.
+    script = next((a for a in argv[1:] if a.endswith(".py") and not a.startswith("-")), None)
     if script is None:
         return Path(argv[0]).name
     rest = argv[argv.index(script) + 1 :]
