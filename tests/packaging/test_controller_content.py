@@ -1247,3 +1247,59 @@ def test_apply_checks_inputs_before_any_change(tmp_path):
     ), output
     assert "Apply the credential types" not in output, output
     assert sentinel not in output, "a secret reached the output"
+
+
+def task_files():
+    return (
+        sorted(REPO.glob("roles/*/tasks/*.yml"))
+        + sorted(REPO.glob("roles/*/handlers/*.yml"))
+        + sorted(REPO.glob("playbooks/*.yml"))
+    )
+
+
+def all_tasks(path):
+    data = load_yaml(path) or []
+    for item in data if isinstance(data, list) else []:
+        # A playbook's plays hold their tasks; a task file is the tasks.
+        for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+            yield from walk_tasks(item.get(section))
+        if not any(key in item for key in ("hosts", "import_playbook", "ansible.builtin.import_playbook")):
+            yield from walk_tasks([item])
+
+
+def artifact_keys(path):
+    """Every set_stats data key of a task or playbook file."""
+    for task in all_tasks(path):
+        args = task.get("ansible.builtin.set_stats") or task.get("set_stats")
+        if isinstance(args, dict) and isinstance(args.get("data"), dict):
+            yield from args["data"]
+
+
+def variables_read_or_set():
+    """Names a role or playbook takes or sets: argument spec options, defaults, vars, set_fact
+    keys and registered results."""
+    names = set()
+    for role_dir in sorted((REPO / "roles").iterdir()):
+        for spec in argument_specs(role_dir.name).values():
+            names |= set(spec.get("options") or {})
+        names |= set(role_defaults(role_dir.name) or {})
+        vars_file = role_dir / "vars" / "main.yml"
+        names |= set(load_yaml(vars_file) or {}) if vars_file.exists() else set()
+    for path in task_files():
+        for task in all_tasks(path):
+            facts = task.get("ansible.builtin.set_fact") or task.get("set_fact")
+            if isinstance(facts, dict):
+                names |= set(facts) - {"cacheable"}
+            if task.get("register"):
+                names.add(task["register"])
+    return names
+
+
+def test_no_artifact_is_named_as_a_variable():
+    """AWX hands a job's set_stats to the later jobs of a workflow as extra vars, which beat every
+    variable of the same name: an artifact named as a fact or a role variable would replace it in
+    the next job (fabric_validate's verdict read such a fact until 2026-12)."""
+    artifacts = {key: path.relative_to(REPO) for path in task_files() for key in artifact_keys(path)}
+    assert {"fabric_acceptance", "vllm_capacity_plans", "frontdoor_status"} <= set(artifacts), sorted(artifacts)
+    clashes = {key: str(path) for key, path in artifacts.items() if key in variables_read_or_set()}
+    assert not clashes, f"set_stats keys that are also variables (rename the artifact): {clashes}"
