@@ -26,6 +26,11 @@ operator:  playbooks/frontdoor_drain.yml drains `solo`; the replica is healthy, 
 monitoring: Prometheus on the front-door host has scraped every job, and the series of the agents,
            the controller, HAProxy and vLLM exist.
 
+The playbooks run as the controller runs them: their job templates (controller/job_templates.yml)
+launched with ansible-runner (benchmarks/_jobs.py), whose status, rc and set_stats are checked:
+the restart's steps name every replica, the drain's front door status holds the operator's record
+and its reason, the undrain's holds no record.
+
 A trial whose expectation fails makes the command fail (`make test` runs it). Times are reported,
 never asserted against a number, except the bounds that define a trial (the detection window).
 """
@@ -36,7 +41,6 @@ import argparse
 import base64
 import http.client
 import json
-import os
 import shlex
 import ssl
 import subprocess
@@ -47,39 +51,27 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import _jobs
 from _results import save
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "inventories" / "lab" / "topology.yml"
 BIN = ROOT / ".venv" / "bin"
 CA = ROOT / ".cache" / "lab-tls" / "ca.crt"
-ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+
+
+REASON = "operations trial: operator drain"
 
 
 def log(message: str) -> None:
     print(f"operations: {time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
-def inventory() -> dict:
-    proc = subprocess.run(
-        [str(BIN / "ansible-inventory"), "-i", str(MANIFEST), "--list"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    # ansible-inventory writes values the plugin marks unsafe as {"__ansible_unsafe": value}.
-    return json.loads(
-        proc.stdout, object_hook=lambda obj: obj["__ansible_unsafe"] if set(obj) == {"__ansible_unsafe"} else obj
-    )
-
-
 class Lab:
     """What the trials need to know about the lab, read from its inventory."""
 
     def __init__(self) -> None:
-        data = inventory()
+        data = _jobs.inventory()
         self.hostvars = data["_meta"]["hostvars"]
         groups = {name: body.get("hosts", []) for name, body in data.items() if isinstance(body, dict)}
         frontends = groups.get("inference_frontends") or []
@@ -129,15 +121,15 @@ class Lab:
         except OSError as error:
             return {"error": str(error)}
 
-    def playbook(self, name: str, *extra: str) -> float:
-        argv = [str(BIN / "ansible-playbook"), "-i", str(MANIFEST), str(ROOT / "playbooks" / name), *extra]
-        log(" ".join(argv[1:]))
-        start = time.monotonic()
-        proc = subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            sys.stdout.write(proc.stdout[-6000:] + proc.stderr[-2000:])
-            raise TrialError(f"{name} failed (rc={proc.returncode})")
-        return round(time.monotonic() - start, 1)
+    def job(self, name: str, **kwargs):
+        """Launch job template name on the lab as the controller does (benchmarks/_jobs.py); the
+        finished job, or a TrialError unless it succeeded."""
+        log(f"job template {name!r} {kwargs}")
+        job = _jobs.launch(name, self.hostvars, **kwargs)
+        if job.status != "successful" or job.rc != 0:
+            sys.stdout.write(job.stdout[-6000:])
+            raise TrialError(f"job template {name!r} failed (status {job.status}, rc {job.rc})")
+        return job
 
 
 def replica_view(status: dict, name: str) -> dict:
@@ -267,9 +259,17 @@ def all_serving(lab: Lab, timeout: float = 600) -> None:
 def trial_rolling(lab: Lab, args) -> dict:
     with Load(lab, args) as load:
         time.sleep(3)
-        restart_s = lab.playbook("rolling_restart.yml")
+        restart = lab.job("gpufleet rolling restart")
         time.sleep(3)
-    result = {"trial": "planned rolling restart (playbooks/rolling_restart.yml)", "restart_s": restart_s}
+    # gpufleet-frontdoor restart prints one JSON line per step, then its summary.
+    steps = [json.loads(line) for line in restart.stats.get("frontdoor_restart_steps") or [] if line.startswith("{")]
+    summary = next((step for step in steps if step.get("summary")), {})
+    if not summary.get("ok") or sorted(summary.get("restarted") or []) != sorted(lab.replicas):
+        raise TrialError(f"the rolling restart's set_stats do not show {sorted(lab.replicas)} restarted: {summary}")
+    result = {
+        "trial": "planned rolling restart (job template 'gpufleet rolling restart', playbooks/rolling_restart.yml)",
+        "restart_s": restart.wall_s,
+    }
     result.update(load.figures())
     history = lab.status()
     result["replicas_restarted"] = {
@@ -358,7 +358,11 @@ def trial_operator(lab: Lab, args) -> dict:
     hold = args.operator_hold
     with Load(lab, args) as load:
         time.sleep(3)
-        lab.playbook("frontdoor_drain.yml", "-e", "replica=solo", "-e", "reason=operations trial: operator drain")
+        drain = lab.job("gpufleet drain a replica", answers={"replica": "solo", "reason": REASON})
+        for front, view in drain.stats["frontdoor_status"].items():
+            record = replica_view(view, "solo").get("record") or {}
+            if (record.get("owner"), record.get("reason")) != ("operator", REASON):
+                raise TrialError(f"the drain job's set_stats show {front}'s record of solo as {record}")
         start = time.monotonic()
         undone = None
         while time.monotonic() - start < hold:
@@ -367,13 +371,19 @@ def trial_operator(lab: Lab, args) -> dict:
                 undone = view
                 break
             time.sleep(1)
-        lab.playbook("frontdoor_undrain.yml", "-e", "replica=solo")
+        undrain = lab.job("gpufleet undrain a replica", answers={"replica": "solo"})
+        records = {
+            front: replica_view(view, "solo").get("record") for front, view in undrain.stats["frontdoor_status"].items()
+        }
+        if any(records.values()):
+            raise TrialError(f"the undrain job's set_stats still show drain records of solo: {records}")
         _value, back_s = wait_for(
             "solo serving after the undrain", lambda: serving(replica_view(lab.status(), "solo")), 120, 1
         )
         time.sleep(3)
     result = {
-        "trial": "an operator's drain of solo (playbooks/frontdoor_drain.yml) held against the controller",
+        "trial": "an operator's drain of solo held against the controller (job templates 'gpufleet drain a "
+        "replica' and 'gpufleet undrain a replica')",
         "held_s": hold,
         "drain_undone_by_automation": undone is not None,
         "serving_after_undrain_s": back_s,

@@ -59,10 +59,17 @@ class Job:
     status: str
     rc: int
     stats: dict
+    recap: dict
     stdout: str
     wall_s: float
     data_dir: Path
     argv: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> dict[str, int]:
+        """Changed tasks per host that the PLAY RECAP counted (every host of the play, 0 included)."""
+        hosts = set().union(*(self.recap.get(key) or {} for key in ("ok", "changed", "failures", "dark", "skipped")))
+        return {host: int((self.recap.get("changed") or {}).get(host, 0)) for host in sorted(hosts)}
 
 
 def load_content(content_dir: Path = CONTENT) -> dict[str, list[dict]]:
@@ -142,13 +149,24 @@ def render(template_text, context: dict):
     return template_text
 
 
-def inject(content: dict, template: dict, inputs: dict[str, dict], env_dir: Path) -> tuple[dict, dict, list[str]]:
-    """(extra_vars, env, secret values) that the template's credentials inject."""
+def inject(
+    content: dict, template: dict, inputs: dict[str, dict], env_dir: Path, skip: tuple[str, ...] = ()
+) -> tuple[dict, dict, list[str]]:
+    """(extra_vars, env, secret values) that the template's credentials inject, less the credentials
+    in skip (playbooks/controller_apply.yml's gpufleet_controller_skip_credentials: not attached)."""
     extra_vars: dict = {}
     envvars: dict = {}
     secrets: list[str] = []
     defined = {item.get("name") for item in content.get("controller_credential_types", [])}
+    known = {item.get("name") for item in content.get("controller_credentials", [])}
+    stray = sorted(set(skip) - known)
+    if stray:
+        raise JobError(
+            f"skipped credential {stray[0]!r} is not in controller_credentials; known: {', '.join(sorted(known))}"
+        )
     for credential_name in template.get("credentials", []):
+        if credential_name in skip:
+            continue
         credential = by_name(content, "controller_credentials", credential_name)
         if credential["credential_type"] not in defined and credential["credential_type"] in BUILTIN_TYPES:
             # The controller's own kinds (the SSH key, a vault password): here the inventory and
@@ -215,13 +233,16 @@ def write_private(path: Path, data) -> None:
     os.chmod(path, 0o600)
 
 
-def stats_of(artifacts: Path) -> dict:
-    """What the job's set_stats left: the playbook_on_stats event's artifact_data."""
+def stats_of(artifacts: Path) -> tuple[dict, dict]:
+    """(what the job's set_stats left, the PLAY RECAP's counts per host): the playbook_on_stats
+    event's artifact_data, and its ok, changed, failures, dark (unreachable) and skipped."""
     for event in sorted((artifacts / "job_events").glob("*.json")):
         data = json.loads(event.read_text())
         if data.get("event") == "playbook_on_stats":
-            return data.get("event_data", {}).get("artifact_data") or {}
-    return {}
+            event_data = data.get("event_data", {})
+            recap = {key: event_data.get(key) or {} for key in ("ok", "changed", "failures", "dark", "skipped")}
+            return event_data.get("artifact_data") or {}, recap
+    return {}, {}
 
 
 def launch(
@@ -238,9 +259,15 @@ def launch(
     content_dir: Path = CONTENT,
     data_dir: Path | None = None,
     env: dict[str, str] | None = None,
+    skip_credentials: tuple[str, ...] = (),
+    workflow_vars: dict | None = None,
     echo: bool = False,
 ) -> Job:
-    """Run one job template as a controller would; return the finished job."""
+    """Run one job template as a controller would; return the finished job.
+
+    workflow_vars are what a workflow hands its nodes: its own extra vars and survey answers, then
+    the artifacts of the node's ancestors. They reach the job whatever its prompts allow, and beat
+    the template's variables and survey (docs/workflow.md of AWX)."""
     content = load_content(content_dir)
     template = by_name(content, "controller_templates", name)
     playbook = template["playbook"]
@@ -252,9 +279,15 @@ def launch(
     env_dir = data_dir / "env"
     env_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
-    cred_vars, cred_env, secrets = inject(content, template, inputs or {}, env_dir)
+    cred_vars, cred_env, secrets = inject(content, template, inputs or {}, env_dir, tuple(skip_credentials))
     survey = survey_answers(template, answers)
-    variables = {**(template.get("extra_vars") or {}), **survey, **(extra_vars or {}), **cred_vars}
+    variables = {
+        **(template.get("extra_vars") or {}),
+        **survey,
+        **(extra_vars or {}),
+        **(workflow_vars or {}),
+        **cred_vars,
+    }
     write_private(env_dir / "extravars", variables)
     write_private(env_dir / "envvars", {**(env or {}), **cred_env})
     cmdline = command_line(template, tags, skip_tags, limit)
@@ -289,11 +322,109 @@ def launch(
     artifacts = data_dir / "artifacts" / ident
     status = (artifacts / "status").read_text().strip() if (artifacts / "status").exists() else "error"
     rc = int((artifacts / "rc").read_text().strip()) if (artifacts / "rc").exists() else proc.returncode
-    job = Job(name, status, rc, stats_of(artifacts), "".join(lines), wall, data_dir, [*argv, *cmdline])
+    stats, recap = stats_of(artifacts)
+    job = Job(name, status, rc, stats, recap, "".join(lines), wall, data_dir, [*argv, *cmdline])
     leaked = leaks(data_dir, secrets, job.stdout)
     if leaked:
         raise JobError(f"{name}: a credential's secret appears in {', '.join(leaked)}")
     return job
+
+
+@dataclass
+class WorkflowJob:
+    """One finished workflow: its status and the jobs of the nodes that ran, in order."""
+
+    workflow: str
+    status: str
+    jobs: dict[str, Job]
+
+
+# A node's own prompt fields reach its job only where the template asks for them on launch.
+NODE_PROMPTS = {
+    "job_type": "ask_job_type_on_launch",
+    "job_tags": "ask_tags_on_launch",
+    "skip_tags": "ask_skip_tags_on_launch",
+    "limit": "ask_limit_on_launch",
+    "inventory": "ask_inventory_on_launch",
+    "diff_mode": "ask_diff_mode_on_launch",
+}
+EDGES = ("success_nodes", "failure_nodes", "always_nodes")
+
+
+def workflow_graph(workflow: dict) -> tuple[dict[str, dict], dict[str, dict[str, list[str]]], list[str]]:
+    """(nodes by identifier, their children per edge, the root nodes) of a workflow, or a JobError
+    for an edge to no node, or for a node with two parents: a convergence node, which AWX runs
+    (all or any parents) and this launcher does not."""
+    nodes = {node["identifier"]: node for node in workflow.get("workflow_nodes", [])}
+    children = {
+        ident: {edge: [child["identifier"] for child in (node.get("related") or {}).get(edge, [])] for edge in EDGES}
+        for ident, node in nodes.items()
+    }
+    parents: dict[str, str] = {}
+    for ident, edges in children.items():
+        for child in (child for kids in edges.values() for child in kids):
+            if child not in nodes:
+                raise JobError(f"{workflow['name']}: node {ident!r} leads to {child!r}, which is not a node")
+            if child in parents:
+                raise JobError(
+                    f"{workflow['name']}: node {child!r} has two parents, {parents[child]!r} and {ident!r}: "
+                    "a convergence, which this launcher does not run"
+                )
+            parents[child] = ident
+    return nodes, children, [ident for ident in nodes if ident not in parents]
+
+
+def launch_workflow(
+    name: str,
+    inventory: Path,
+    *,
+    answers: dict | None = None,
+    extra_vars: dict | None = None,
+    content_dir: Path = CONTENT,
+    **kwargs,
+) -> WorkflowJob:
+    """Run a workflow as a controller does: from its root nodes, each node's job template with the
+    workflow's extra vars and survey answers and the cumulative artifacts (set_stats) of its
+    ancestors as workflow vars, then the node's success, failure or always children.
+
+    kwargs go to launch() for every node (inputs, skip_credentials, project_dir, env, echo)."""
+    content = load_content(content_dir)
+    workflow = by_name(content, "controller_workflows", name)
+    if extra_vars and not workflow.get("ask_variables_on_launch"):
+        raise JobError(f"{name}: extra vars at launch need ask_variables_on_launch: true (a controller drops them)")
+    handed = {**(workflow.get("extra_vars") or {}), **survey_answers(workflow, answers), **(extra_vars or {})}
+    nodes, children, roots = workflow_graph(workflow)
+    pending: list[tuple[str, dict]] = [(root, {}) for root in roots]
+    ran: dict[str, Job] = {}
+    failed_unhandled = False
+    while pending:
+        ident, artifacts = pending.pop(0)
+        node = nodes[ident]
+        template = by_name(content, "controller_templates", node["unified_job_template"]["name"])
+        for prompt, ask in NODE_PROMPTS.items():
+            if prompt in node and not template.get(ask):
+                raise JobError(f"{name}: node {ident!r} sets {prompt}, and {template['name']!r} lacks {ask}: true")
+        if "inventory" in node or "job_type" in node or "diff_mode" in node:
+            raise JobError(f"{name}: node {ident!r}: only job_tags, skip_tags and limit are launched here")
+        job = launch(
+            template["name"],
+            inventory,
+            answers=node.get("extra_data"),
+            tags=node.get("job_tags"),
+            skip_tags=node.get("skip_tags"),
+            limit=node.get("limit"),
+            content_dir=content_dir,
+            workflow_vars={**handed, **artifacts},
+            **kwargs,
+        )
+        ran[ident] = job
+        edge = "success_nodes" if job.status == "successful" else "failure_nodes"
+        if edge == "failure_nodes" and not children[ident]["failure_nodes"] + children[ident]["always_nodes"]:
+            failed_unhandled = True
+        # A child's artifacts are its ancestors', the nearer ones winning.
+        passed_on = {**artifacts, **job.stats}
+        pending += [(child, passed_on) for child in children[ident][edge] + children[ident]["always_nodes"]]
+    return WorkflowJob(name, "failed" if failed_unhandled else "successful", ran)
 
 
 def leaks(data_dir: Path, secrets: list[str], stdout: str) -> list[str]:
@@ -324,6 +455,18 @@ def parse_pairs(values: list[str], what: str) -> dict:
     return pairs
 
 
+def summary(job: Job) -> dict:
+    """What the command prints of a job: its template, status, rc, set_stats, changed per host, time."""
+    return {
+        "template": job.template,
+        "status": job.status,
+        "rc": job.rc,
+        "stats": job.stats,
+        "changed": job.changed,
+        "wall_s": job.wall_s,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -338,6 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--skip-tags")
     run.add_argument("--limit")
     run.add_argument("--data-dir", type=Path)
+    run.add_argument(
+        "--skip-credential", action="append", default=[], metavar="NAME", help="a credential not attached (as on apply)"
+    )
+    flow = sub.add_parser("workflow", help="launch one workflow: its nodes in order, artifacts handed down")
+    flow.add_argument("name")
+    flow.add_argument("-i", "--inventory", required=True, type=Path)
+    flow.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    flow.add_argument("-a", "--answer", action="append", default=[], metavar="VARIABLE=VALUE")
+    flow.add_argument("--input", action="append", default=[], metavar="CREDENTIAL.FIELD=VALUE")
+    flow.add_argument("--skip-credential", action="append", default=[], metavar="NAME")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
@@ -350,26 +503,38 @@ def main(argv: list[str] | None = None) -> int:
             if not dot:
                 raise JobError(f"--input {key}: use CREDENTIAL.FIELD=VALUE")
             inputs.setdefault(credential, {})[input_field] = value
+        common = {
+            "extra_vars": parse_pairs(args.extra_var, "-e"),
+            "answers": {key: str(value) for key, value in parse_pairs(args.answer, "-a").items()},
+            "inputs": inputs,
+            "skip_credentials": tuple(args.skip_credential),
+            "echo": True,
+        }
+        if args.command == "workflow":
+            flow = launch_workflow(args.name, args.inventory, **common)
+            print(
+                json.dumps(
+                    {
+                        "workflow": flow.workflow,
+                        "status": flow.status,
+                        "jobs": {k: summary(j) for k, j in flow.jobs.items()},
+                    }
+                )
+            )
+            return 0 if flow.status == "successful" else 1
         job = launch(
             args.name,
             args.inventory,
-            extra_vars=parse_pairs(args.extra_var, "-e"),
-            answers={key: str(value) for key, value in parse_pairs(args.answer, "-a").items()},
-            inputs=inputs,
             tags=args.tags,
             skip_tags=args.skip_tags,
             limit=args.limit,
             data_dir=args.data_dir,
-            echo=True,
+            **common,
         )
     except JobError as error:
         print(f"controller_jobs: {error}", file=sys.stderr)
         return 2
-    print(
-        json.dumps(
-            {"template": job.template, "status": job.status, "rc": job.rc, "stats": job.stats, "wall_s": job.wall_s}
-        )
-    )
+    print(json.dumps(summary(job)))
     return 0 if job.status == "successful" else 1
 
 

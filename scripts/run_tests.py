@@ -92,11 +92,8 @@ def lab(*args: str) -> list[str]:
 DOCS_SITE_TEST = REPO / "tests" / "packaging" / "test_docs_site.py"
 # Stages that only run when named: each with the reason it is not in `make test` yet, printed in
 # the summary of every run that leaves it out.
-OPTIONAL = {
-    "docs-site": "not in make test yet: it passes (about 25 s warm, plus Chromium and a venv cold), but "
-    "the suite is not yet measured under its 50 minutes with it (issue 13, docs/docs-site.md); "
-    "run it with `scripts/run_tests.py docs-site`",
-}
+# None today: docs-site joined `make test` once the suite was measured with it (docs/testing.md).
+OPTIONAL: dict[str, str] = {}
 
 # name -> list of commands (argv, or a callable returning (argv, cwd)); run in order.
 STAGES: dict[str, list] = {
@@ -113,22 +110,45 @@ STAGES: dict[str, list] = {
     "pytest": [
         ["pytest", "-q", "-p", "no:cacheprovider", "tests/lab", "tests/packaging", f"--ignore={DOCS_SITE_TEST}"]
     ],
-    # The antsibull-docs site read back in headless Chromium (docs/docs-site.md); see OPTIONAL.
+    # The antsibull-docs site read back in headless Chromium (docs/docs-site.md): a stage of its own,
+    # so its time (a venv and Chromium on a fresh machine) shows in the summary.
     "docs-site": [["pytest", "-q", "-p", "no:cacheprovider", str(DOCS_SITE_TEST)]],
     # One `molecule test -s NAME` per scenario (what --all runs), so the summary shows each one's time;
     # run in lanes (molecule_lanes) because one scenario alone leaves half of the 2 cores idle.
     "molecule": [["molecule", "test", "-s", path.parent.name] for path in sorted(REPO.glob("molecule/*/molecule.yml"))],
     # The flagship composition end to end on a 10-host lab built from a topology manifest and
     # reached over SSH: plan, fabric at MTU 9000, NCCL, two one-node vLLM replicas, the
-    # front door and monitoring, all-pairs acceptance, then the idempotent second run
-    # (benchmarks/site.py run fails unless it changed nothing).
+    # front door and monitoring, all-pairs acceptance, launched as the controller launches them;
+    # then the idempotent second run from the built artifact (it fails unless nothing changed).
     "lab": [
         # The checkout resolves its own FQCNs through ansible.cfg, no installed copy needed.
         [str(VENV_BIN / "ansible"), "localhost", "-m", "gpufleet.inference.nccl_info"],
         lab("up", "--hosts", "10", "--serving", "vllm-ops"),
         [str(VENV_BIN / "ansible"), "-i", "inventories/lab", "all", "-m", "ansible.builtin.ping"],
         [str(VENV_BIN / "ansible-inventory"), "-i", "inventories/lab", "--graph"],
+        # The workflow (preflight on the new hosts, deploy, validate) and the job templates,
+        # through ansible-runner as AWX runs them (benchmarks/site.py run).
         [str(VENV_BIN / "python"), str(REPO / "benchmarks" / "site.py"), "run"],
+        # The idempotent second run of the whole site, from the built artifact installed into a
+        # clean venv, by FQCN (scripts/installed_collection.py): roles, templates, files, modules,
+        # filters and the topology inventory plugin all come from the artifact, and every host
+        # must report changed=0. The validation layer is left out: each measurement writes a new
+        # report. The settings are the checkout's ansible.cfg's, as a site's own would be.
+        [
+            "env",
+            "ANSIBLE_FORKS=25",
+            "ANSIBLE_PIPELINING=True",
+            "ANSIBLE_GATHERING=smart",
+            sys.executable,
+            str(REPO / "scripts" / "installed_collection.py"),
+            "playbook",
+            "--unchanged",
+            "site",
+            "-i",
+            "inventories/lab/topology.yml",
+            "--skip-tags",
+            "gpufleet_validation",
+        ],
         # Two replicas behind the front door under a bounded client load: a rolling restart, a
         # kill -9, a fabric link down, an operator's drain; then Prometheus' series (docs/operations.md).
         [str(VENV_BIN / "python"), str(REPO / "benchmarks" / "operations.py"), "run"],
@@ -149,6 +169,12 @@ SCENARIO_SECONDS = {
     "nccl": 70,
 }
 DEFAULT_SECONDS = 300
+# Stages that run beside the molecule lanes when both are selected, as steps of the lane that
+# ends first: they use neither molecule's hosts nor the lab's, and the vllm lane ends minutes
+# before the other, so they take its tail instead of minutes of their own (docs/testing.md, Time
+# budget). Their rows in the summary stay their own. Seconds by step label, as SCENARIO_SECONDS.
+BESIDE_MOLECULE = ("pytest", "docs-site")
+BESIDE_SECONDS = {"pytest": 80, "test_docs_site": 60}
 LANES_ENV = "GPUFLEET_MOLECULE_LANES"
 LOG_DIR = REPO / "tests" / "output" / "molecule"
 
@@ -178,11 +204,16 @@ def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
         return [steps]
     shared: list[list[list[str]]] = [[] for _lane in range(lanes)]
     load = [0] * lanes
-    for step in sorted(steps, key=lambda s: (-SCENARIO_SECONDS.get(step_label(s), DEFAULT_SECONDS), step_label(s))):
+    for step in sorted(steps, key=lambda s: (-expected_seconds(s), step_label(s))):
         emptiest = load.index(min(load))
         shared[emptiest].append(step)
-        load[emptiest] += SCENARIO_SECONDS.get(step_label(step), DEFAULT_SECONDS)
+        load[emptiest] += expected_seconds(step)
     return [lane for lane in shared if lane]
+
+
+def expected_seconds(step: list[str]) -> int:
+    label = step_label(step)
+    return SCENARIO_SECONDS.get(label, BESIDE_SECONDS.get(label, DEFAULT_SECONDS))
 
 
 def lane_count() -> int:
@@ -193,15 +224,22 @@ def lane_count() -> int:
         raise SystemExit(f"{LANES_ENV}={raw!r} is not a number: use 1 (one scenario at a time) or 2") from None
 
 
-def run_lanes(name: str, lanes: list[list[list[str]]]) -> tuple[bool, str]:
+def run_lanes(
+    name: str, lanes: list[list[list[str]]], steps_of: dict[str, str] | None = None
+) -> tuple[bool, str, dict[str, tuple[int, float, Path]]]:
     """Run each lane's steps in turn, the lanes side by side. A step's output goes to its log file
     and is printed whole when it ends, so the CI log reads one scenario at a time. After a failure
-    no lane starts another step; the steps already running finish (and destroy their hosts)."""
+    no lane starts another step; the steps already running finish (and destroy their hosts).
+
+    steps_of names the stage of a step label that belongs to another stage (BESIDE_MOLECULE); the
+    detail covers the rest. Returns (ok, detail, {label: (exit code, seconds, log)} of every step run)."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     printing = threading.Lock()
     failed = threading.Event()
     timings: dict[str, str] = {}
-    failures: list[str] = []
+    failures: list[tuple[str, str]] = []
+    ran: dict[str, tuple[int, float, Path]] = {}
+    steps_of = steps_of or {}
 
     def lane(steps: list[list[str]]) -> None:
         for argv in steps:
@@ -210,18 +248,21 @@ def run_lanes(name: str, lanes: list[list[list[str]]]) -> tuple[bool, str]:
             label = step_label(argv)
             log = LOG_DIR / f"{label}.log"
             with printing:
-                print(f"\n----- {name}: {' '.join(argv)} started (log: {log})", flush=True)
+                print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)} started (log: {log})", flush=True)
             t0 = time.monotonic()
             with log.open("w") as out:
                 proc = subprocess.run(argv, cwd=REPO, env=env(), stdout=out, stderr=subprocess.STDOUT, check=False)
             code = proc.returncode
-            timings[label] = f"{label} {time.monotonic() - t0:.0f}s"
+            seconds = time.monotonic() - t0
+            ran[label] = (code, seconds, log)
+            if label not in steps_of:
+                timings[label] = f"{label} {seconds:.0f}s"
             with printing:
-                print(f"\n----- {name}: {' '.join(argv)}", flush=True)
+                print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)}", flush=True)
                 sys.stdout.write(log.read_text(errors="replace"))
-                print(f"----- {name}: {timings[label]} (exit {code})", flush=True)
+                print(f"----- {steps_of.get(label, name)}: {label} {seconds:.0f}s (exit {code})", flush=True)
             if code != 0:
-                failures.append(f"exit {code}: {' '.join(argv)}")
+                failures.append((label, f"exit {code}: {' '.join(argv)}"))
                 failed.set()
                 return
 
@@ -233,16 +274,52 @@ def run_lanes(name: str, lanes: list[list[list[str]]]) -> tuple[bool, str]:
     order = [step_label(s) for steps in lanes for s in steps]
     done = ", ".join(timings[label] for label in sorted(order) if label in timings)
     lane_text = " | ".join(", ".join(step_label(s) for s in steps) for steps in lanes)
-    if failures:
-        return False, "; ".join(failures) + f"; {done}"
-    return True, f"{done} (lanes: {lane_text})"
+    own = [text for label, text in failures if label not in steps_of]
+    if own:
+        return False, "; ".join(own) + f"; {done}", ran
+    return True, f"{done} (lanes: {lane_text})", ran
+
+
+def pytest_counts(text: str) -> list[str]:
+    return [
+        line.strip().strip("= ")
+        for line in text.splitlines()
+        if PYTEST_COUNTS.search(line) and ("passed" in line or "failed" in line)
+    ]
+
+
+def run_molecule_with(beside: list[str]) -> list[tuple[str, str, float, str]]:
+    """The molecule stage with the stages in beside as steps of its lanes; a summary row for each:
+    (stage, PASSED/FAILED/NOT RUN, seconds, detail)."""
+    steps_of = {step_label(step): stage for stage in beside for step in STAGES[stage]}
+    t0 = time.monotonic()
+    ok, detail, ran = run_lanes(
+        "molecule", molecule_lanes(STAGES["molecule"] + [s for b in beside for s in STAGES[b]], lane_count()), steps_of
+    )
+    missing = [step_label(step) for step in STAGES["molecule"] if step_label(step) not in ran]
+    if ok and missing:
+        ok, detail = False, f"not run after a failure beside them: {', '.join(missing)}; {detail}"
+    rows = [("molecule", "PASSED" if ok else "FAILED", time.monotonic() - t0, detail)]
+    for stage in beside:
+        labels = [step_label(step) for step in STAGES[stage]]
+        if not all(label in ran for label in labels):
+            rows.append((stage, "NOT RUN", 0.0, "an earlier step of the molecule lanes failed"))
+            continue
+        codes = [ran[label][0] for label in labels]
+        secs = sum(ran[label][1] for label in labels)
+        counts = [c for label in labels for c in pytest_counts(ran[label][2].read_text(errors="replace"))]
+        note = "; ".join(counts) + " (beside the molecule lanes)"
+        failed = next((f"exit {code}: {label}" for code, label in zip(codes, labels) if code), None)
+        rows.append((stage, "FAILED" if failed else "PASSED", secs, f"{failed}; {note}" if failed else note))
+    return rows
 
 
 def run_stage(name: str) -> tuple[bool, str]:
     if name == "molecule":
         lanes = molecule_lanes(STAGES[name], lane_count())
         if len(lanes) > 1:
-            return run_lanes(name, lanes)
+            ok, detail, _ran = run_lanes(name, lanes)
+            return ok, detail
     counts: list[str] = []
     timings: list[str] = []
     for step in STAGES[name]:
@@ -280,11 +357,20 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[tuple[str, str, float, str]] = []
     results += [(name, "SKIPPED", 0.0, reason) for name, reason in OPTIONAL.items() if name not in selected]
+    # With molecule in two lanes or more, BESIDE_MOLECULE stages run inside its lanes.
+    beside = [n for n in BESIDE_MOLECULE if n in selected] if "molecule" in selected and lane_count() > 1 else []
     start = time.monotonic()
     failed = False
     for name in selected:
         if failed:
             results.append((name, "NOT RUN", 0.0, "an earlier stage failed"))
+            continue
+        if name in beside:
+            continue
+        if name == "molecule" and beside:
+            rows = run_molecule_with(beside)
+            results += rows
+            failed = any(row[1] != "PASSED" for row in rows)
             continue
         t0 = time.monotonic()
         ok, detail = run_stage(name)

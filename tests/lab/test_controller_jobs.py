@@ -66,6 +66,59 @@ CONTENT = {
         {"name": "no launch vars", "playbook": "playbooks/job.yml", "credentials": ["example"]},
         {"name": "failing job", "playbook": "playbooks/fail.yml"},
         {"name": "leaky job", "playbook": "playbooks/leak.yml", "credentials": ["example"]},
+        {"name": "stats job", "playbook": "playbooks/stats.yml"},
+        {"name": "reads job", "playbook": "playbooks/reads.yml", "extra_vars": {"wf_var": "template"}},
+    ],
+    "controller_workflows": [
+        {
+            "name": "example flow",
+            "ask_variables_on_launch": True,
+            "survey_enabled": True,
+            "survey_spec": {
+                "name": "flow",
+                "description": "flow",
+                "spec": [{"type": "text", "variable": "wf_var", "question_name": "w", "default": "workflow"}],
+            },
+            "workflow_nodes": [
+                {
+                    "identifier": "first",
+                    "unified_job_template": {"name": "stats job", "type": "job_template"},
+                    "related": {"success_nodes": [{"identifier": "second"}]},
+                },
+                {"identifier": "second", "unified_job_template": {"name": "reads job", "type": "job_template"}},
+            ],
+        },
+        {
+            "name": "failing flow",
+            "workflow_nodes": [
+                {
+                    "identifier": "bad",
+                    "unified_job_template": {"name": "failing job", "type": "job_template"},
+                    "related": {
+                        "success_nodes": [{"identifier": "never"}],
+                        "failure_nodes": [{"identifier": "recover"}],
+                    },
+                },
+                {"identifier": "never", "unified_job_template": {"name": "stats job", "type": "job_template"}},
+                {"identifier": "recover", "unified_job_template": {"name": "reads job", "type": "job_template"}},
+            ],
+        },
+        {
+            "name": "unhandled flow",
+            "workflow_nodes": [
+                {"identifier": "bad", "unified_job_template": {"name": "failing job", "type": "job_template"}}
+            ],
+        },
+        {
+            "name": "prompting flow",
+            "workflow_nodes": [
+                {
+                    "identifier": "tagged",
+                    "unified_job_template": {"name": "stats job", "type": "job_template"},
+                    "skip_tags": "x",
+                }
+            ],
+        },
     ],
 }
 
@@ -125,6 +178,33 @@ def fixture_lab(tmp_path):
                 msg: "{{ lookup('ansible.builtin.env', 'EXAMPLE_TOKEN') }}"
         """)
     )
+    (project / "playbooks" / "stats.yml").write_text(
+        textwrap.dedent("""\
+        - name: Hand artifacts down
+          hosts: all
+          gather_facts: false
+          tasks:
+            - name: Set the artifacts
+              ansible.builtin.set_stats:
+                data:
+                  handed: from-first
+                  beaten: artifact
+        """)
+    )
+    (project / "playbooks" / "reads.yml").write_text(
+        textwrap.dedent("""\
+        - name: Read what was handed down
+          hosts: all
+          gather_facts: false
+          tasks:
+            - name: Report the variables
+              ansible.builtin.set_stats:
+                data:
+                  saw_handed: "{{ handed | default('none') }}"
+                  saw_wf_var: "{{ wf_var }}"
+                  saw_beaten: "{{ beaten | default('none') }}"
+        """)
+    )
     inventory = tmp_path / "hosts"
     inventory.write_text(f"local ansible_connection=local ansible_python_interpreter={sys.executable}\n")
 
@@ -134,6 +214,10 @@ def fixture_lab(tmp_path):
             name, inventory, project_dir=project, content_dir=content, data_dir=tmp_path / "job", **kwargs
         )
 
+    def workflow(name, **kwargs):
+        return jobs.launch_workflow(name, inventory, project_dir=project, content_dir=content, **kwargs)
+
+    launch.workflow = workflow
     return launch
 
 
@@ -218,3 +302,54 @@ def test_survey_answers_replace_the_defaults(lab):
 def test_a_bad_survey_answer_is_refused(lab, answers, message):
     with pytest.raises(jobs.JobError, match=message):
         lab("example job", answers=answers)
+
+
+def test_the_recap_counts_every_host(lab):
+    assert lab("example job").changed == {"local": 0}
+
+
+def test_a_skipped_credential_is_neither_required_nor_injected(lab):
+    # As playbooks/controller_apply.yml's gpufleet_controller_skip_credentials: not attached, so the
+    # leaky job has no secret to show and needs no input.
+    job = lab("leaky job", inputs={}, skip_credentials=("example",))
+    assert (job.status, job.rc) == ("successful", 0), job.stdout
+
+
+def test_skipping_an_unknown_credential_is_refused(lab):
+    message = "skipped credential 'nope' is not in controller_credentials; known: example"
+    with pytest.raises(jobs.JobError, match=message):
+        lab("check job", skip_credentials=("nope",))
+
+
+def test_a_workflow_hands_its_vars_and_the_artifacts_down(lab):
+    flow = lab.workflow("example flow", extra_vars={"beaten": "launch"})
+    assert flow.status == "successful"
+    assert list(flow.jobs) == ["first", "second"]
+    # The workflow's survey default beats the template's extra_vars; an ancestor's artifact beats
+    # even the workflow's launch vars (AWX's docs/workflow.md).
+    assert flow.jobs["second"].stats == {"saw_handed": "from-first", "saw_wf_var": "workflow", "saw_beaten": "artifact"}
+
+
+def test_a_failed_node_takes_its_failure_edge(lab):
+    flow = lab.workflow("failing flow")
+    assert list(flow.jobs) == ["bad", "recover"]
+    assert (flow.jobs["bad"].status, flow.jobs["recover"].status) == ("failed", "successful")
+    # The failure was handled by a failure edge.
+    assert flow.status == "successful"
+    assert flow.jobs["recover"].stats["saw_handed"] == "none"
+
+
+def test_a_failed_node_without_a_failure_edge_fails_the_workflow(lab):
+    assert lab.workflow("unhandled flow").status == "failed"
+
+
+def test_a_node_prompt_the_template_does_not_ask_for_is_refused(lab):
+    with pytest.raises(
+        jobs.JobError, match="node 'tagged' sets skip_tags, and 'stats job' lacks ask_skip_tags_on_launch"
+    ):
+        lab.workflow("prompting flow")
+
+
+def test_workflow_launch_vars_need_ask_variables_on_launch(lab):
+    with pytest.raises(jobs.JobError, match="failing flow: extra vars at launch need ask_variables_on_launch"):
+        lab.workflow("failing flow", extra_vars={"x": 1})

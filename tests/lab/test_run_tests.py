@@ -71,3 +71,45 @@ def test_step_labels():
 
 def test_the_pytest_stage_is_labelled_pytest_not_by_the_file_it_leaves_out():
     assert run_tests.step_label(run_tests.STAGES["pytest"][0]) == "pytest"
+
+
+def stub_stages(monkeypatch, tmp_path, side_exit=0):
+    """Two stub scenarios and one stub beside-stage step, each a tiny script (its label is its name)."""
+    scripts = {}
+    for name, body in (
+        ("scen_a", "print('a')"),
+        ("scen_b", "import time; time.sleep(0.5); print('b')"),
+        ("side_tests", f"print('=== 3 passed in 0.1s ==='); raise SystemExit({side_exit})"),
+    ):
+        path = tmp_path / f"{name}.py"
+        path.write_text(body + "\n")
+        scripts[name] = [run_tests.sys.executable, str(path)]
+    monkeypatch.setattr(
+        run_tests,
+        "STAGES",
+        {"molecule": [scripts["scen_a"], scripts["scen_b"]], "pytest": [scripts["side_tests"]]},
+    )
+    monkeypatch.setattr(run_tests, "LOG_DIR", tmp_path / "logs")
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
+
+
+def test_a_stage_beside_the_lanes_keeps_its_own_row_and_counts(monkeypatch, tmp_path):
+    stub_stages(monkeypatch, tmp_path)
+    rows = {row[0]: row for row in run_tests.run_molecule_with(["pytest"])}
+    assert rows["molecule"][1] == "PASSED"
+    # Its time is its own row's; the lanes say where it ran.
+    times, lanes = rows["molecule"][3].split(" (lanes: ")
+    assert "side_tests" not in times and "side_tests" in lanes
+    assert rows["pytest"][1] == "PASSED"
+    assert rows["pytest"][3] == "3 passed in 0.1s (beside the molecule lanes)"
+
+
+def test_a_failure_beside_the_lanes_fails_its_stage_and_stops_the_scenarios_not_started(monkeypatch, tmp_path):
+    stub_stages(monkeypatch, tmp_path, side_exit=1)
+    monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", {"scen_a": 30, "scen_b": 5})
+    monkeypatch.setattr(run_tests, "BESIDE_SECONDS", {"side_tests": 20})
+    # Lanes: [scen_a] and [side_tests, scen_b]: scen_b never starts after side_tests fails.
+    rows = {row[0]: row for row in run_tests.run_molecule_with(["pytest"])}
+    assert rows["pytest"][1] == "FAILED" and rows["pytest"][3].startswith("exit 1: side_tests")
+    assert rows["molecule"][1] == "FAILED"
+    assert "not run after a failure beside them: scen_b" in rows["molecule"][3]
