@@ -55,8 +55,7 @@ import _jobs
 from _results import save
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "inventories" / "lab" / "topology.yml"
-BIN = ROOT / ".venv" / "bin"
+MANIFEST = _jobs.MANIFEST
 CA = ROOT / ".cache" / "lab-tls" / "ca.crt"
 
 
