@@ -1122,11 +1122,12 @@ def test_controller_drains_caps_undrains_exports_metrics_and_stops_on_sigterm(la
         assert lab.servers["b"]["admin"] == 0
         lab.agents["a-head"] = True
         lab.agents["b-head"] = True
+        # The record is dropped after HAProxy takes the replica back: wait for both.
         assert wait_for(lambda: lab.servers["a"]["admin"] == 0)
-        assert read_state(lab, "drains.json") == {}
-        text = scrape(port)
-        assert 'gpufleet_frontdoor_actions_total{action="undrain",replica="a"} 1.0' in text
-        assert "gpufleet_frontdoor_drain_blocked{" not in text
+        assert wait_for(lambda: read_state(lab, "drains.json") == {})
+        # The counter moves after the record, and the blocked gauge clears on the next poll.
+        assert wait_for(lambda: 'gpufleet_frontdoor_actions_total{action="undrain",replica="a"} 1.0' in scrape(port))
+        assert wait_for(lambda: "gpufleet_frontdoor_drain_blocked{" not in scrape(port))
         # An operator's drain made by hand (socat) is never undone.
         lab.answer("set server inference/b state drain")
         time.sleep(1.0)
