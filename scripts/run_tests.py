@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import io
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
@@ -28,7 +30,6 @@ VENV_BIN = REPO / ".venv" / "bin"
 # one per run, so two runs on one machine never delete each other's copy.
 COPY_ROOT = Path(tempfile.mkdtemp(prefix="gpufleet-ansible-test-"))
 atexit.register(shutil.rmtree, COPY_ROOT, True)
-COLLECTION_COPY = COPY_ROOT / "ansible_collections" / "gpufleet" / "inference"
 GET_PIP_STANDIN = REPO / "scripts" / "ansible_test_get_pip.py"
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -44,8 +45,11 @@ def env() -> dict[str, str]:
     return e
 
 
-def copy_collection() -> Path:
-    """ansible-test must run from .../ansible_collections/<ns>/<name>: copy what git would ship."""
+def copy_collection(name: str) -> Path:
+    """ansible-test must run from .../ansible_collections/<ns>/<name>: copy what git would ship.
+
+    One copy per ansible-test command (name), so sanity and units can run side by side."""
+    copy = COPY_ROOT / name / "ansible_collections" / "gpufleet" / "inference"
     files = (
         subprocess.run(
             ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True, capture_output=True
@@ -53,16 +57,16 @@ def copy_collection() -> Path:
         .stdout.decode()
         .split("\0")
     )
-    if COLLECTION_COPY.exists():
-        shutil.rmtree(COLLECTION_COPY)
-    for name in filter(None, files):
-        src = REPO / name
+    if copy.exists():
+        shutil.rmtree(copy)
+    for path in filter(None, files):
+        src = REPO / path
         if not src.is_file():
             continue
-        dest = COLLECTION_COPY / name
+        dest = copy / path
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest, follow_symlinks=False)
-    return COLLECTION_COPY
+    return copy
 
 
 def install_get_pip_standin() -> None:
@@ -75,13 +79,19 @@ def install_get_pip_standin() -> None:
 
     version = get_venv_packages(_Python())["pip"]
     cache = Path.home() / ".ansible" / "test" / "cache" / f"get_pip_{version.replace('.', '_')}.py"
+    # Written only when it differs, and by a rename: an ansible-test running beside (STATIC_LANES)
+    # may be reading it.
+    if cache.is_file() and cache.read_bytes() == GET_PIP_STANDIN.read_bytes():
+        return
     cache.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(GET_PIP_STANDIN, cache)
+    partial = cache.with_name(f"{cache.name}.{os.getpid()}.{threading.get_ident()}")
+    shutil.copyfile(GET_PIP_STANDIN, partial)
+    partial.replace(cache)
 
 
 def ansible_test(*args: str) -> tuple[list[str], Path]:
     install_get_pip_standin()
-    cwd = copy_collection()
+    cwd = copy_collection(args[0])
     return [str(VENV_BIN / "ansible-test"), *args, "--venv", "--python", PYTHON_VERSION, "--color", "no"], cwd
 
 
@@ -314,7 +324,9 @@ def run_molecule_with(beside: list[str]) -> list[tuple[str, str, float, str]]:
     return rows
 
 
-def run_stage(name: str) -> tuple[bool, str]:
+def run_stage(name: str, out: TextIO | None = None) -> tuple[bool, str]:
+    """Run a stage's steps in turn, their output to out (standard output if None)."""
+    out = out or sys.stdout
     if name == "molecule":
         lanes = molecule_lanes(STAGES[name], lane_count())
         if len(lanes) > 1:
@@ -324,22 +336,97 @@ def run_stage(name: str) -> tuple[bool, str]:
     timings: list[str] = []
     for step in STAGES[name]:
         argv, cwd = step() if callable(step) else (step, REPO)
-        print(f"\n----- {name}: {' '.join(argv)}", flush=True)
+        print(f"\n----- {name}: {' '.join(argv)}", file=out, flush=True)
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
-            sys.stdout.write(line)
+            out.write(line)
             if name != "molecule" and PYTEST_COUNTS.search(line) and ("passed" in line or "failed" in line):
                 counts.append(line.strip().strip("= "))
-        sys.stdout.flush()
+        out.flush()
         code = proc.wait()
         timings.append(f"{step_label(argv)} {time.monotonic() - t0:.0f}s")
-        print(f"----- {name}: {timings[-1]} (exit {code})", flush=True)
+        print(f"----- {name}: {timings[-1]} (exit {code})", file=out, flush=True)
         if code != 0:
             return False, f"exit {code}: {' '.join(argv)}; " + ", ".join(timings)
     if len(STAGES[name]) > 1 and name in ("molecule", "lab"):
         counts.append(", ".join(timings))
     return True, "; ".join(counts)
+
+
+# Stages that use no hosts and come before molecule. With more than one lane (lane_count()), each
+# tuple is a lane, and when stages of two lanes are selected the lanes run side by side: sanity
+# spends most of its time building its venvs and in single-threaded linters, the others together
+# take about as long (docs/testing.md, Time budget). Each stage keeps its own row and its time.
+STATIC_LANES = (("sanity",), ("yamllint", "ansible-lint", "ruff", "changelog-lint", "role-docs", "units"))
+
+
+def static_lanes(selected: list[str]) -> list[list[str]]:
+    """The selected stages of STATIC_LANES, one list per lane that has any, in STATIC_LANES order."""
+    lanes = [[name for name in lane if name in selected] for lane in STATIC_LANES]
+    return [lane for lane in lanes if lane]
+
+
+def run_static_lanes(lanes: list[list[str]]) -> list[tuple[str, str, float, str]]:
+    """Run each lane's stages in turn, the lanes side by side; a summary row for each stage.
+
+    A stage's output is printed whole when it ends. After a failure no lane starts another stage
+    (those are NOT RUN); a stage already running finishes."""
+    printing = threading.Lock()
+    failed = threading.Event()
+    rows: dict[str, tuple[str, str, float, str]] = {}
+
+    def lane(names: list[str]) -> None:
+        for name in names:
+            if failed.is_set():
+                rows[name] = (name, "NOT RUN", 0.0, "a stage beside it failed")
+                continue
+            with printing:
+                print(f"\n===== {name}: started (its output follows when it ends)", flush=True)
+            buffer = io.StringIO()
+            t0 = time.monotonic()
+            ok, detail = False, "it raised an error (its traceback follows the stage's output)"
+            try:
+                ok, detail = run_stage(name, buffer)
+            finally:
+                seconds = time.monotonic() - t0
+                with printing:
+                    sys.stdout.write(buffer.getvalue())
+                    print(f"===== {name}: {'PASSED' if ok else 'FAILED'} in {seconds:.0f}s", flush=True)
+                rows[name] = (name, "PASSED" if ok else "FAILED", seconds, f"{detail} (static lanes)".lstrip())
+                if not ok:
+                    failed.set()
+
+    threads = [threading.Thread(target=lane, args=(names,)) for names in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # A stage that raised ended its lane's thread: the stages after it in that lane did not run.
+    for name in (name for names in lanes for name in names if name not in rows):
+        rows[name] = (name, "NOT RUN", 0.0, "a stage beside it failed")
+    return [rows[name] for name in STAGES if name in rows]
+
+
+def print_summary(results: list[tuple[str, str, float, str]], seconds: float) -> int:
+    """Print a row per stage and a pytest-style closing line; the exit code (1 if a stage failed)."""
+    print("\n" + " stage summary ".center(78, "="))
+    for name, state, secs, detail in results:
+        print(f"{state:8} {name:15} {secs:7.1f}s  {detail}")
+    passed = sum(1 for r in results if r[1] == "PASSED")
+    nfailed = sum(1 for r in results if r[1] == "FAILED")
+    not_run = sum(1 for r in results if r[1] == "NOT RUN")
+    skipped = sum(1 for r in results if r[1] == "SKIPPED")
+    # Same order and wording as pytest's closing line ("1 failed, 3 passed in 2.0s").
+    counts = [f"{nfailed} failed"] if nfailed else []
+    counts.append(f"{passed} passed")
+    if not_run:
+        counts.append(f"{not_run} not run")
+    if skipped:
+        counts.append(f"{skipped} skipped")
+    tail = ", ".join(counts)
+    print(f" {tail} in {seconds:.1f}s ".center(78, "="))
+    return 1 if nfailed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,13 +446,24 @@ def main(argv: list[str] | None = None) -> int:
     results += [(name, "SKIPPED", 0.0, reason) for name, reason in OPTIONAL.items() if name not in selected]
     # With molecule in two lanes or more, BESIDE_MOLECULE stages run inside its lanes.
     beside = [n for n in BESIDE_MOLECULE if n in selected] if "molecule" in selected and lane_count() > 1 else []
+    # With lanes, the STATIC_LANES stages run side by side where the first of them would run.
+    static = static_lanes(selected) if lane_count() > 1 else []
+    static = static if len(static) > 1 else []
+    in_static = {name for lane in static for name in lane}
     start = time.monotonic()
     failed = False
     for name in selected:
+        if name in {row[0] for row in results}:
+            continue  # a STATIC_LANES stage, run with the first of them
         if failed:
             results.append((name, "NOT RUN", 0.0, "an earlier stage failed"))
             continue
         if name in beside:
+            continue
+        if name in in_static:
+            rows = run_static_lanes(static)
+            results += rows
+            failed = any(row[1] != "PASSED" for row in rows)
             continue
         if name == "molecule" and beside:
             rows = run_molecule_with(beside)
@@ -377,23 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append((name, "PASSED" if ok else "FAILED", time.monotonic() - t0, detail))
         failed = not ok
 
-    print("\n" + " stage summary ".center(78, "="))
-    for name, state, secs, detail in results:
-        print(f"{state:8} {name:15} {secs:7.1f}s  {detail}")
-    passed = sum(1 for r in results if r[1] == "PASSED")
-    nfailed = sum(1 for r in results if r[1] == "FAILED")
-    not_run = sum(1 for r in results if r[1] == "NOT RUN")
-    skipped = sum(1 for r in results if r[1] == "SKIPPED")
-    # Same order and wording as pytest's closing line ("1 failed, 3 passed in 2.0s").
-    counts = [f"{nfailed} failed"] if nfailed else []
-    counts.append(f"{passed} passed")
-    if not_run:
-        counts.append(f"{not_run} not run")
-    if skipped:
-        counts.append(f"{skipped} skipped")
-    tail = ", ".join(counts)
-    print(f" {tail} in {time.monotonic() - start:.1f}s ".center(78, "="))
-    return 1 if nfailed else 0
+    return print_summary(results, time.monotonic() - start)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,87 @@ def test_a_failure_beside_the_lanes_fails_its_stage_and_stops_the_scenarios_not_
     assert rows["pytest"][1] == "FAILED" and rows["pytest"][3].startswith("exit 1: side_tests")
     assert rows["molecule"][1] == "FAILED"
     assert "not run after a failure beside them: scen_b" in rows["molecule"][3]
+
+
+def test_static_lanes_run_side_by_side_only_when_two_lanes_are_selected():
+    every = list(run_tests.STAGES)
+    assert run_tests.static_lanes(every) == [list(lane) for lane in run_tests.STATIC_LANES]
+    # `make lint` selects one lane's stages only: they run in turn, as before.
+    assert run_tests.static_lanes(["yamllint", "ruff"]) == [["yamllint", "ruff"]]
+    assert run_tests.static_lanes(["molecule", "lab"]) == []
+
+
+def stub_static(monkeypatch, tmp_path, bodies):
+    """Stub stages, each one script (name -> body), in two lanes: [slow] and [quick, after]."""
+    stages = {}
+    for name, body in bodies.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(body + "\n")
+        stages[name] = [[run_tests.sys.executable, str(path)]]
+    monkeypatch.setattr(run_tests, "STAGES", stages)
+    monkeypatch.setattr(run_tests, "STATIC_LANES", (("slow",), ("quick", "after")))
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
+
+
+def test_static_lanes_overlap_and_keep_a_row_and_counts_per_stage(monkeypatch, tmp_path, capsys):
+    marker = tmp_path / "quick-ran"
+    stub_static(
+        monkeypatch,
+        tmp_path,
+        {
+            # slow comes first in the stage order: run in turn, it would wait for quick in vain.
+            "slow": (
+                "import pathlib, sys, time\n"
+                f"marker = pathlib.Path({str(marker)!r})\n"
+                "deadline = time.monotonic() + 30\n"
+                "while not marker.exists() and time.monotonic() < deadline: time.sleep(0.05)\n"
+                "sys.exit(0 if marker.exists() else 'quick never ran beside slow')"
+            ),
+            "quick": f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x'); print('quick done')",
+            "after": "print('=== 1 passed in 0.1s ===')",
+        },
+    )
+    assert run_tests.main([]) == 0
+    out = capsys.readouterr().out
+    # Each stage's output is printed whole, after its start line and before its end line.
+    assert out.index("===== quick: started") < out.index("quick done") < out.index("===== quick: PASSED")
+    summary = out[out.index(" stage summary ") :]
+    assert "PASSED   after" in summary and "1 passed in 0.1s (static lanes)" in summary
+    assert "3 passed in" in summary
+
+
+def test_a_failed_static_stage_stops_the_lanes_and_the_stages_after_them(monkeypatch, tmp_path, capsys):
+    stub_static(
+        monkeypatch,
+        tmp_path,
+        {
+            "slow": "import time; time.sleep(1.0)",
+            "quick": "raise SystemExit(3)",
+            "after": "print('must not run')",
+            "later": "print('must not run either')",
+        },
+    )
+    assert run_tests.main([]) == 1
+    out = capsys.readouterr().out
+    assert "must not run" not in out.replace("===", "")
+    summary = out[out.index(" stage summary ") :]
+    assert "FAILED   quick" in summary
+    # The stage already running beside it finishes; the next in the failed lane never starts.
+    assert "PASSED   slow" in summary
+    assert "NOT RUN  after" in summary and "a stage beside it failed" in summary
+    assert "NOT RUN  later" in summary and "an earlier stage failed" in summary
+    assert "1 failed, 1 passed, 2 not run" in summary
+
+
+# The raise ends the lane's thread, and threading prints its traceback: that is the point.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_static_stage_that_raises_fails_its_row_instead_of_vanishing(monkeypatch, tmp_path):
+    stub_static(monkeypatch, tmp_path, {"slow": "pass", "quick": "pass", "after": "pass"})
+
+    def boom():
+        raise OSError("no git here")
+
+    run_tests.STAGES["quick"] = [boom]
+    rows = {row[0]: row for row in run_tests.run_static_lanes([["slow"], ["quick", "after"]])}
+    assert rows["quick"][1] == "FAILED" and "raised an error" in rows["quick"][3]
+    assert rows["after"][1] == "NOT RUN"
