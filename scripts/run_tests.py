@@ -21,8 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
@@ -32,6 +33,7 @@ COPY_ROOT = Path(tempfile.mkdtemp(prefix="gpufleet-ansible-test-"))
 atexit.register(shutil.rmtree, COPY_ROOT, True)
 GET_PIP_STANDIN = REPO / "scripts" / "ansible_test_get_pip.py"
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+T = TypeVar("T")
 
 
 def env() -> dict[str, str]:
@@ -79,10 +81,7 @@ def install_get_pip_standin() -> None:
 
     version = get_venv_packages(_Python())["pip"]
     cache = Path.home() / ".ansible" / "test" / "cache" / f"get_pip_{version.replace('.', '_')}.py"
-    # Written only when it differs, and by a rename: an ansible-test running beside (STATIC_LANES)
-    # may be reading it.
-    if cache.is_file() and cache.read_bytes() == GET_PIP_STANDIN.read_bytes():
-        return
+    # Written by a rename: an ansible-test running beside (STATIC_LANES) may be reading it.
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_name(f"{cache.name}.{os.getpid()}.{threading.get_ident()}")
     shutil.copyfile(GET_PIP_STANDIN, partial)
@@ -234,6 +233,31 @@ def lane_count() -> int:
         raise SystemExit(f"{LANES_ENV}={raw!r} is not a number: use 1 (one scenario at a time) or 2") from None
 
 
+def side_by_side(lanes: list[list[T]], run: Callable[[T], bool]) -> None:
+    """Run each lane's items in turn with run, the lanes side by side in threads. After an item
+    fails (run returns False or raises), no lane starts another; the items running finish."""
+    failed = threading.Event()
+
+    def lane(items: list[T]) -> None:
+        for item in items:
+            if failed.is_set():
+                return
+            ok = False
+            try:
+                ok = run(item)
+            finally:
+                if not ok:
+                    failed.set()
+            if not ok:
+                return
+
+    threads = [threading.Thread(target=lane, args=(items,)) for items in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def run_lanes(
     name: str, lanes: list[list[list[str]]], steps_of: dict[str, str] | None = None
 ) -> tuple[bool, str, dict[str, tuple[int, float, Path]]]:
@@ -245,42 +269,33 @@ def run_lanes(
     detail covers the rest. Returns (ok, detail, {label: (exit code, seconds, log)} of every step run)."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     printing = threading.Lock()
-    failed = threading.Event()
     timings: dict[str, str] = {}
     failures: list[tuple[str, str]] = []
     ran: dict[str, tuple[int, float, Path]] = {}
     steps_of = steps_of or {}
 
-    def lane(steps: list[list[str]]) -> None:
-        for argv in steps:
-            if failed.is_set():
-                return
-            label = step_label(argv)
-            log = LOG_DIR / f"{label}.log"
-            with printing:
-                print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)} started (log: {log})", flush=True)
-            t0 = time.monotonic()
-            with log.open("w") as out:
-                proc = subprocess.run(argv, cwd=REPO, env=env(), stdout=out, stderr=subprocess.STDOUT, check=False)
-            code = proc.returncode
-            seconds = time.monotonic() - t0
-            ran[label] = (code, seconds, log)
-            if label not in steps_of:
-                timings[label] = f"{label} {seconds:.0f}s"
-            with printing:
-                print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)}", flush=True)
-                sys.stdout.write(log.read_text(errors="replace"))
-                print(f"----- {steps_of.get(label, name)}: {label} {seconds:.0f}s (exit {code})", flush=True)
-            if code != 0:
-                failures.append((label, f"exit {code}: {' '.join(argv)}"))
-                failed.set()
-                return
+    def step(argv: list[str]) -> bool:
+        label = step_label(argv)
+        log = LOG_DIR / f"{label}.log"
+        with printing:
+            print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)} started (log: {log})", flush=True)
+        t0 = time.monotonic()
+        with log.open("w") as out:
+            proc = subprocess.run(argv, cwd=REPO, env=env(), stdout=out, stderr=subprocess.STDOUT, check=False)
+        code = proc.returncode
+        seconds = time.monotonic() - t0
+        ran[label] = (code, seconds, log)
+        if label not in steps_of:
+            timings[label] = f"{label} {seconds:.0f}s"
+        with printing:
+            print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)}", flush=True)
+            sys.stdout.write(log.read_text(errors="replace"))
+            print(f"----- {steps_of.get(label, name)}: {label} {seconds:.0f}s (exit {code})", flush=True)
+        if code != 0:
+            failures.append((label, f"exit {code}: {' '.join(argv)}"))
+        return code == 0
 
-    threads = [threading.Thread(target=lane, args=(steps,)) for steps in lanes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    side_by_side(lanes, step)
     order = [step_label(s) for steps in lanes for s in steps]
     done = ", ".join(timings[label] for label in sorted(order) if label in timings)
     lane_text = " | ".join(", ".join(step_label(s) for s in steps) for steps in lanes)
@@ -373,36 +388,26 @@ def run_static_lanes(lanes: list[list[str]]) -> list[tuple[str, str, float, str]
     A stage's output is printed whole when it ends. After a failure no lane starts another stage
     (those are NOT RUN); a stage already running finishes."""
     printing = threading.Lock()
-    failed = threading.Event()
     rows: dict[str, tuple[str, str, float, str]] = {}
 
-    def lane(names: list[str]) -> None:
-        for name in names:
-            if failed.is_set():
-                rows[name] = (name, "NOT RUN", 0.0, "a stage beside it failed")
-                continue
+    def stage(name: str) -> bool:
+        with printing:
+            print(f"\n===== {name}: started (its output follows when it ends)", flush=True)
+        buffer = io.StringIO()
+        t0 = time.monotonic()
+        ok, detail = False, "it raised an error (its traceback follows the stage's output)"
+        try:
+            ok, detail = run_stage(name, buffer)
+        finally:
+            seconds = time.monotonic() - t0
             with printing:
-                print(f"\n===== {name}: started (its output follows when it ends)", flush=True)
-            buffer = io.StringIO()
-            t0 = time.monotonic()
-            ok, detail = False, "it raised an error (its traceback follows the stage's output)"
-            try:
-                ok, detail = run_stage(name, buffer)
-            finally:
-                seconds = time.monotonic() - t0
-                with printing:
-                    sys.stdout.write(buffer.getvalue())
-                    print(f"===== {name}: {'PASSED' if ok else 'FAILED'} in {seconds:.0f}s", flush=True)
-                rows[name] = (name, "PASSED" if ok else "FAILED", seconds, f"{detail} (static lanes)".lstrip())
-                if not ok:
-                    failed.set()
+                sys.stdout.write(buffer.getvalue())
+                print(f"===== {name}: {'PASSED' if ok else 'FAILED'} in {seconds:.0f}s", flush=True)
+            rows[name] = (name, "PASSED" if ok else "FAILED", seconds, f"{detail} (static lanes)".lstrip())
+        return ok
 
-    threads = [threading.Thread(target=lane, args=(names,)) for names in lanes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    # A stage that raised ended its lane's thread: the stages after it in that lane did not run.
+    side_by_side(lanes, stage)
+    # The stages no lane started after a failure.
     for name in (name for names in lanes for name in names if name not in rows):
         rows[name] = (name, "NOT RUN", 0.0, "a stage beside it failed")
     return [rows[name] for name in STAGES if name in rows]
@@ -449,21 +454,24 @@ def main(argv: list[str] | None = None) -> int:
     # With lanes, the STATIC_LANES stages run side by side where the first of them would run.
     static = static_lanes(selected) if lane_count() > 1 else []
     static = static if len(static) > 1 else []
-    in_static = {name for lane in static for name in lane}
+    in_static = [name for name in selected if any(name in lane for lane in static)]
     start = time.monotonic()
     failed = False
     for name in selected:
-        if name in {row[0] for row in results}:
-            continue  # a STATIC_LANES stage, run with the first of them
+        if name in in_static:
+            # All of them run, side by side, where the first of them comes; each gets its row there.
+            if name == in_static[0]:
+                if failed:
+                    rows = [(n, "NOT RUN", 0.0, "an earlier stage failed") for n in in_static]
+                else:
+                    rows = run_static_lanes(static)
+                results += rows
+                failed = failed or any(row[1] != "PASSED" for row in rows)
+            continue
         if failed:
             results.append((name, "NOT RUN", 0.0, "an earlier stage failed"))
             continue
         if name in beside:
-            continue
-        if name in in_static:
-            rows = run_static_lanes(static)
-            results += rows
-            failed = any(row[1] != "PASSED" for row in rows)
             continue
         if name == "molecule" and beside:
             rows = run_molecule_with(beside)
