@@ -197,3 +197,11 @@ def test_a_static_stage_that_raises_fails_its_row_instead_of_vanishing(monkeypat
     rows = {row[0]: row for row in run_tests.run_static_lanes([["slow"], ["quick", "after"]])}
     assert rows["quick"][1] == "FAILED" and "raised an error" in rows["quick"][3]
     assert rows["after"][1] == "NOT RUN"
+
+
+def test_static_stages_after_a_failed_stage_are_reported_not_run(monkeypatch, tmp_path, capsys):
+    stub_static(monkeypatch, tmp_path, {"early": "raise SystemExit(1)", "slow": "pass", "quick": "pass"})
+    assert run_tests.main(["early", "slow", "quick"]) == 1
+    summary = capsys.readouterr().out.split(" stage summary ")[1]
+    assert "NOT RUN  slow" in summary and "NOT RUN  quick" in summary
+    assert "1 failed, 0 passed, 2 not run" in summary
