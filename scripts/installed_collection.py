@@ -2,6 +2,7 @@
 
     python3 scripts/installed_collection.py                 build, install, syntax-check every playbook by FQCN
     python3 scripts/installed_collection.py env             print the environment that runs the installed copy
+                                                            (shell exports alone on stdout: eval "$(... env)")
     python3 scripts/installed_collection.py playbook [--unchanged] NAME [ARGS...]
                                                             run gpufleet.inference.NAME from the installed copy
 
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -248,10 +250,26 @@ def check(_args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 is standard error inside: our log lines and the output of every
+    subprocess (venv, pip, ansible-galaxy) are progress, not the result printed after."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def print_env(_args: argparse.Namespace) -> int:
-    bindir = ensure_venv(VENV, REQUIREMENTS, CONSTRAINTS)
-    if not (INSTALLED / "MANIFEST.json").is_file():
-        with contextlib.redirect_stdout(sys.stderr):  # stdout is for eval
+    # Standard output is for eval: the exports alone, also on the run that makes the venv.
+    with stdout_to_stderr():
+        bindir = ensure_venv(VENV, REQUIREMENTS, CONSTRAINTS)
+        if not (INSTALLED / "MANIFEST.json").is_file():
             install(bindir)
     print(shell_exports(bindir))
     return 0

@@ -10,6 +10,9 @@ tqdm come from requirements-test.txt.
 
     python3 scripts/lab/make_tiny_gguf.py --source SRC.tar.gz --tree llama_cpp_python-0.3.36/vendor/llama.cpp \
         --out tiny.gguf
+
+Standard output is one line, `OUT sha256:HEX` (the model file and its digest), and nothing else:
+progress, and whatever gguf-py writes, goes to standard error.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from _stdout import stdout_to_stderr
 
 VOCAB = "models/ggml-vocab-llama-spm.gguf"
 # The shape of the model. Four layers let the coordinator keep some and offload the rest.
@@ -113,7 +118,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="GGUF file to write")
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gpufleet-gguf-") as tmp:
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="gpufleet-gguf-") as tmp:
+        print(f"make_tiny_gguf: writing {args.out} with gguf-py of {args.source}", file=sys.stderr, flush=True)
         tree = extract(args.source, args.tree, Path(tmp))
         partial = args.out.with_suffix(".partial")
         build(tree, partial)

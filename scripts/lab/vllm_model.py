@@ -11,6 +11,8 @@ this script generates, so the directory is byte-for-byte the same on every run.
 
 The python needs torch, transformers, tokenizers and safetensors (a vLLM venv has them all);
 they are imported inside the functions, so the lab and ruff can load this file without them.
+Both commands print one JSON document on standard output and nothing else (vllm_assets.py and
+molecule/vllm parse it): progress, and whatever those libraries write, goes to standard error.
 
 The model: LlamaForCausalLM, hidden 128, intermediate 256, 4 layers, 4 heads, 2 KV heads
 (head_dim 32), 512 positions, untied embeddings, float32, about 1.1 M parameters. The tokenizer:
@@ -29,6 +31,8 @@ import random
 import string
 import sys
 from pathlib import Path
+
+from _stdout import stdout_to_stderr
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE_UTILS = REPO / "plugins" / "module_utils" / "_vllm_model.py"
@@ -108,7 +112,12 @@ def train_tokenizer():
     return tokenizer
 
 
+def log(msg: str) -> None:
+    print(f"vllm_model: {msg}", file=sys.stderr, flush=True)
+
+
 def build(out: Path) -> dict:
+    log("training the tokenizer")
     import torch  # noqa: PLC0415
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: PLC0415
 
@@ -148,6 +157,7 @@ def build(out: Path) -> dict:
     if out.exists() and any(out.iterdir()):
         sys.exit(f"vllm_model: {out} is not empty; build into a new directory so that no stale file joins the digest")
     out.mkdir(parents=True, exist_ok=True)
+    log(f"writing {out}")
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     # save_pretrained writes the weights through a private temporary file (mode 0600); a vLLM
@@ -174,6 +184,7 @@ def reference(model_dir: Path, prompt: str, max_tokens: int) -> dict:
     generated ids stop at max_tokens or after EOS, as vLLM's do; the text is decoded with
     skip_special_tokens=True, vLLM's default.
     """
+    log(f"greedy generation with transformers on {model_dir}")
     import torch  # noqa: PLC0415
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
@@ -208,10 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     ref_cmd.add_argument("--prompt", required=True)
     ref_cmd.add_argument("--max-tokens", type=int, default=16)
     args = parser.parse_args(argv)
-    if args.command == "build":
-        result = build(args.outdir)
-    else:
-        result = reference(args.model_dir, args.prompt, args.max_tokens)
+    with stdout_to_stderr():
+        if args.command == "build":
+            result = build(args.outdir)
+        else:
+            result = reference(args.model_dir, args.prompt, args.max_tokens)
     print(json.dumps(result, sort_keys=True))
     return 0
 
