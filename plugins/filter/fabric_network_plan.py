@@ -67,8 +67,9 @@ RETURN = r"""
 _value:
   description:
     - C(model) (the validated inputs), C(files) (path to content), C(links) (every link the
-      configuration sets, members first), C(virtual_links) (the bond and VLANs it creates) and
-      C(mtus) (link to the MTU it gets).
+      configuration sets, members first), C(virtual_links) (the bond and VLANs it creates),
+      C(mtus) (link to the MTU it gets) and C(network_files) (link to the C(.network) file
+      systemd-networkd must configure it from; empty for netplan, which names its own files).
   type: dict
 """
 
@@ -78,6 +79,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._fabric_network
     build_model,
     expected_mtus,
     links,
+    network_files,
     render,
     virtual_links,
 )
@@ -104,6 +106,7 @@ def fabric_network_plan(
         "links": links(model),
         "virtual_links": virtual_links(model),
         "mtus": expected_mtus(model),
+        "network_files": network_files(model, backend),
     }
 
 

@@ -229,37 +229,41 @@ def _networkd_network(name, mtu, addresses, extra=()):
     return _ini([("Match", [("Name", name)]), ("Link", [("MTUBytes", str(mtu))]), ("Network", network)])
 
 
+def networkd_path(link, suffix):
+    """The path of the .network or .netdev file (suffix) this role writes for a link."""
+    return "%s/%s%s.%s" % (NETWORKD_DIR, PREFIX, link, suffix)
+
+
 def render_networkd(model):
     """{path: INI text} of .netdev/.network files for systemd-networkd."""
     files = {}
-    path = "%s/%s%s.%s" % (NETWORKD_DIR, PREFIX, "%s", "%s")
     vlan_refs = [("VLAN", vlan["name"]) for vlan in model["vlans"]]
     if model["bond"]:
         parameters = model["bond_parameters"]
         bond = [(NETWORKD_BOND_KEYS[key], parameters[key]) for key in ("mode", "lacp-rate", "transmit-hash-policy")]
         bond.append(("MIIMonitorSec", "%dms" % parameters["mii-monitor-interval"]))
-        files[path % (model["bond"], "netdev")] = _ini(
+        files[networkd_path(model["bond"], "netdev")] = _ini(
             [("NetDev", [("Name", model["bond"]), ("Kind", "bond"), ("MTUBytes", str(model["mtu"]))]), ("Bond", bond)]
         )
         for member in model["members"]:
-            files[path % (member, "network")] = _ini(
+            files[networkd_path(member, "network")] = _ini(
                 [
                     ("Match", [("Name", member)]),
                     ("Link", [("MTUBytes", str(model["mtu"]))]),
                     ("Network", [("Bond", model["bond"])]),
                 ]
             )
-    files[path % (model["link"], "network")] = _networkd_network(
+    files[networkd_path(model["link"], "network")] = _networkd_network(
         model["link"], model["mtu"], model["addresses"], vlan_refs
     )
     for vlan in model["vlans"]:
-        files[path % (vlan["name"], "netdev")] = _ini(
+        files[networkd_path(vlan["name"], "netdev")] = _ini(
             [
                 ("NetDev", [("Name", vlan["name"]), ("Kind", "vlan"), ("MTUBytes", str(vlan["mtu"]))]),
                 ("VLAN", [("Id", str(vlan["id"]))]),
             ]
         )
-        files[path % (vlan["name"], "network")] = _networkd_network(vlan["name"], vlan["mtu"], vlan["addresses"])
+        files[networkd_path(vlan["name"], "network")] = _networkd_network(vlan["name"], vlan["mtu"], vlan["addresses"])
     return files
 
 
@@ -288,3 +292,31 @@ def expected_mtus(model):
     mtus = dict((name, model["mtu"]) for name in model["members"] + ([model["bond"]] if model["bond"] else []))
     mtus.update((vlan["name"], vlan["mtu"]) for vlan in model["vlans"])
     return mtus
+
+
+def network_files(model, backend):
+    """link -> the .network file systemd-networkd must configure it from, for the networkd backend.
+
+    Every link (members, bond, VLANs) gets a .network file of its own. Empty for netplan, which
+    names and places the files it generates itself (and may not render for networkd at all)."""
+    if backend != "networkd":
+        return {}
+    return dict((link, networkd_path(link, "network")) for link in links(model))
+
+
+def reconfigure_links(model, changed, interfaces):
+    """The links to hand to `networkctl reconfigure` after `networkctl reload`, in plan order.
+
+    changed: the files the apply wrote; interfaces: the links the host had before the apply.
+    A link qualifies when its .network file was written and it existed before. A link the plan
+    creates does not exist yet, and a bond or VLAN whose .netdev changed was deleted before the
+    reload (networkd creates it again): neither can be reconfigured, nor carry a stale state."""
+    changed = set(changed or ())
+    interfaces = set(interfaces or ())
+    return [
+        link
+        for link in links(model)
+        if networkd_path(link, "network") in changed
+        and link in interfaces
+        and networkd_path(link, "netdev") not in changed
+    ]

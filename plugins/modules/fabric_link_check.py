@@ -2,7 +2,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Check a fabric link against its plan: MTU, bond mode, members, LACP aggregator, jumbo ping."""
+"""Check a fabric link against its plan: networkd's state, MTU, bond mode, members, LACP aggregator,
+jumbo ping."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,12 +14,17 @@ module: fabric_link_check
 short_description: Check fabric links, their bond and the jumbo path, and list every mismatch
 version_added: 0.1.0
 description:
-  - Reads C(<sysfs_root>/class/net/...) and checks that every link of O(mtus) has its MTU and, with
-    O(bond) set, that the bond has exactly O(members), runs O(mode), has every member in its one
+  - With O(network_files) set, first waits for systemd-networkd to apply the configuration. It reads
+    C(networkctl list --json=short) until every link of O(network_files) is C(configured) from its
+    file. A link that is unmanaged, or configured from another file, does not count. A C(failed) link
+    fails at once, since networkd does not try it again by itself.
+  - Then reads C(<sysfs_root>/class/net/...) and checks that every link of O(mtus) has its MTU and,
+    with O(bond) set, that the bond has exactly O(members), runs O(mode), has every member in its one
     LACP aggregator (802.3ad only; members in different aggregators mean the switch ports are not one
     port-channel) and has every member up.
-  - Links settle after an apply (networkd, LACP negotiation), so the sysfs checks are read again every
-    O(poll_interval) seconds until they all hold or O(timeout) seconds have passed.
+  - Links settle after an apply (networkd's own work, then LACP negotiation), so both are read again
+    every O(poll_interval) seconds until they all hold, for at most O(timeout) seconds and, with
+    O(deadline), ending early enough for the pings to finish before it.
   - Then, with O(peers) set, sends a don't-fragment ping whose packet fills O(mtu) to every peer, from
     O(source), up to O(ping_attempts) times. The ping part runs alone when O(mtus) is empty, which is
     how a fabric test reuses it.
@@ -47,11 +53,31 @@ options:
     type: str
     default: ""
   timeout:
-    description: Seconds the sysfs checks may take to hold; 0 reads once.
+    description:
+      - Seconds the links may take to hold (networkd's state, then sysfs); 0 reads once. A bound against
+        a hang, not an estimate of how long networkd takes.
     type: int
     default: 30
+  deadline:
+    description:
+      - The time, in seconds since the epoch on the host's clock, by which the whole check should be
+        over, such as when an automatic revert fires. The wait for the links then ends early enough for
+        every peer's first ping try (O(ping_count) - 1 + O(ping_wait) seconds each); it never runs past
+        O(timeout) either. A deadline already too close gives one read.
+    type: float
+  network_files:
+    description:
+      - The C(.network) file systemd-networkd must configure each link from, keyed by link name (such as
+        C(eth0) to C(/etc/systemd/network/60-gpufleet-eth0.network)). Empty skips networkd's state, as
+        for links another manager configures.
+    type: dict
+    default: {}
+  networkctl_path:
+    description: Name or path of systemd's networkctl (systemd 249 or later, for C(--json)); used with O(network_files).
+    type: str
+    default: networkctl
   poll_interval:
-    description: Seconds between two reads of sysfs.
+    description: Seconds between two reads of the links (networkctl, sysfs).
     type: float
     default: 1.0
   peers:
@@ -91,6 +117,11 @@ options:
 notes:
   - The sysfs files are those of drivers/net/bonding/bond_sysfs.c and bond_sysfs_slave.c in the Linux
     kernel; the ping options are iputils ping(8)'s C(-M do -s -c -W -I).
+  - The setup states are those of networkctl(1) (C(pending), C(initialized), C(configuring),
+    C(configured), C(unmanaged), C(failed), C(linger)); systemd 249 names the JSON key C(SetupState),
+    later versions C(AdministrativeState), and both are read.
+  - C(networkctl reload) returns before networkd has applied the files (docs/fabric-network.md), which
+    is why the state is waited for rather than given a fixed time.
 """
 
 EXAMPLES = r"""
@@ -101,6 +132,16 @@ EXAMPLES = r"""
     members: [ens1f0np0, ens1f1np1]
     mode: 802.3ad
     peers: [10.10.0.12, 10.10.0.13]
+    source: 10.10.0.11
+    mtu: 9000
+
+- name: Wait for networkd to configure eth0 from its file, then check its MTU and ping
+  gpufleet.inference.fabric_link_check:
+    network_files: {eth0: /etc/systemd/network/60-gpufleet-eth0.network}
+    mtus: {eth0: 9000}
+    timeout: 180
+    deadline: "{{ __armed.stat.mtime + 170 }}"
+    peers: [10.10.0.12]
     source: 10.10.0.11
     mtu: 9000
 
@@ -147,6 +188,18 @@ links:
   description: What was read for each link (mtu, operstate) at the last read.
   returned: always
   type: dict
+networkd:
+  description:
+    - networkd's view of each link of O(network_files) at the last read, C(null) for a link it did not
+      list; empty without O(network_files) or when networkctl failed.
+  returned: always
+  type: dict
+  sample: {"eth0": {"state": "configured", "network_file": "/etc/systemd/network/60-gpufleet-eth0.network"}}
+waited:
+  description: Seconds spent reading the links before the result (the pings not included).
+  returned: always
+  type: float
+  sample: 2.1
 """
 
 import time
@@ -163,6 +216,9 @@ def main():
             members=dict(type="list", elements="str", default=[]),
             mode=dict(type="str", default=""),
             timeout=dict(type="int", default=30),
+            deadline=dict(type="float"),
+            network_files=dict(type="dict", default={}),
+            networkctl_path=dict(type="str", default="networkctl"),
             poll_interval=dict(type="float", default=1.0),
             peers=dict(type="list", elements="str", default=[]),
             source=dict(type="str", default=""),
@@ -180,26 +236,47 @@ def main():
         module.fail_json(msg="mtu is required with peers: the ping fills the path MTU")
     root = params["sysfs_root"]
     mtus = params["mtus"]
+    network_files = params["network_files"]
 
-    deadline = time.time() + max(0, params["timeout"])
-    while True:
-        mismatches = _fabric_link.link_mismatches(root, mtus, params["bond"], params["members"], params["mode"])
-        if not mismatches or time.time() >= deadline:
-            break
-        time.sleep(max(0.1, params["poll_interval"]))
+    def run(argv):
+        return module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"})
+
+    networkctl = None
+    if network_files:
+        networkctl = module.get_bin_path(params["networkctl_path"])
+        if not networkctl:
+            module.fail_json(
+                msg="networkctl not found as %r; install systemd's networkctl or set networkctl_path"
+                % params["networkctl_path"]
+            )
+
+    reserve = _fabric_link.ping_reserve(params["peers"], params["ping_count"], params["ping_wait"])
+    wait = _fabric_link.wait_seconds(params["timeout"], params["deadline"], time.time(), reserve)
+    start = time.monotonic()
+    state = _fabric_link.wait_for_links(
+        lambda: _fabric_link.read_links(
+            run, networkctl, root, network_files, mtus, params["bond"], params["members"], params["mode"]
+        ),
+        start + wait,
+        time.monotonic,
+        time.sleep,
+        max(0.1, params["poll_interval"]),
+    )
+    mismatches = state["mismatches"]
 
     links = dict(
         (link, dict((name, _fabric_link.read_attribute(root, link, name)) for name in ("mtu", "operstate")))
         for link in sorted(set(mtus) | set(params["members"]))
     )
-    pings = []
+    result = dict(changed=False, mismatches=mismatches, pings=[], links=links)
+    result.update(networkd=state["networkd"], waited=round(time.monotonic() - start, 1))
     # A link that does not hold its plan makes the ping's failure a consequence, not news.
     if params["peers"] and not mismatches:
         ping = module.get_bin_path(params["ping_path"])
         if not ping:
             module.fail_json(msg="ping not found as %r; install iputils-ping or set ping_path" % params["ping_path"])
-        pings, mismatches = _fabric_link.ping_peers(
-            lambda argv: module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"}),
+        result["pings"], mismatches = _fabric_link.ping_peers(
+            run,
             ping,
             params["source"],
             params["peers"],
@@ -209,13 +286,15 @@ def main():
             attempts=params["ping_attempts"],
             sleep=time.sleep,
         )
+        result["mismatches"] = mismatches
 
-    result = dict(changed=False, mismatches=mismatches, pings=pings, links=links)
     if mismatches:
         first = mismatches[0]["check"]
-        module.fail_json(
-            msg="%s: %s" % (first, "; ".join(item["msg"] for item in mismatches if item["check"] == first)), **result
-        )
+        msg = "%s: %s" % (first, "; ".join(item["msg"] for item in mismatches if item["check"] == first))
+        # A networkctl that kept failing is a command failure: its rc, stdout and stderr go along.
+        command = state["command"]
+        extra = dict((key, command[key]) for key in ("rc", "stdout", "stderr")) if command else {}
+        module.fail_json(msg=msg, **dict(result, **extra))
     module.exit_json(**result)
 
 

@@ -26,7 +26,8 @@ def test_netplan_plan():
         vlans=[{"id": 100, "mtu": 1500, "addresses": ["10.20.0.11/24"]}],
         backend="netplan",
     )
-    assert set(plan) == {"model", "files", "links", "virtual_links", "mtus"}
+    assert set(plan) == {"model", "files", "links", "virtual_links", "mtus", "network_files"}
+    assert plan["network_files"] == {}
     assert plan["model"]["members"] == MEMBERS
     assert plan["model"]["bond"] == "bond0"
     assert plan["model"]["bond_parameters"]["mode"] == "802.3ad"
