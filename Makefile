@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LINK := collections/ansible_collections/gpufleet/inference
 INVENTORY := inventories/lab
 
-.PHONY: help setup lab lab-image lab-down lab-status demo llama-demo test lint sanity units pytest molecule build constraints clean
+.PHONY: help setup lab lab-image lab-down lab-status demo llama-demo test check lint sanity units pytest molecule bench stress build constraints clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ $(LINK):
 	mkdir -p $(dir $(LINK))
 	ln -sfn ../../.. $(LINK)
 
-lab: setup ## Start the lab hosts over SSH (LAB_HOSTS=3, LAB_SERVING=vllm|llama|none) and write inventories/lab/topology.yml
+lab: setup ## Start the lab hosts over SSH (LAB_HOSTS=3, LAB_SERVING=vllm|site|llama|none) and write inventories/lab/topology.yml
 	$(PY) scripts/lab.py up
 
 lab-image: ## Build (or reuse) the cached lab base image
@@ -47,8 +47,11 @@ llama-demo: setup ## A llama.cpp RPC cluster on a 3-host lab (coordinator and tw
 	$(MAKE) lab LAB_HOSTS=3 LAB_SERVING=llama
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/llama_rpc_cluster.yml -e llama_server_benchmark=true
 
-test: setup lab-image ## Run every test stage; stops at the first failure
+test: setup lab-image ## Run every test stage; stops at the first failure (docs/testing.md)
 	$(PY) scripts/run_tests.py $(STAGES)
+
+check: setup ## The edit-test loop: static stages, unit tests and the bad-input suite (no hosts)
+	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint role-docs sanity units bad-inputs
 
 lint: setup ## yamllint, ansible-lint, ruff, the changelog linter and the role README tables
 	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint role-docs
@@ -62,8 +65,19 @@ units: setup ## ansible-test units
 pytest: setup ## pytest lab and packaging tests (tests/unit runs under `make units`)
 	$(PY) scripts/run_tests.py pytest
 
-molecule: setup lab-image ## every molecule scenario
+molecule: setup lab-image ## The molecule scenarios make test runs (a role developer runs the others: molecule test -s NAME)
 	$(PY) scripts/run_tests.py molecule
+
+bench: setup lab-image ## Performance benchmarks on the demo lab, each a ratio against a reference measured in the same run
+	$(MAKE) lab LAB_HOSTS=$(DEMO_HOSTS) LAB_SERVING=vllm
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/site.yml --skip-tags gpufleet_validation
+	$(PY) benchmarks/vllm_pipeline.py
+	$(PY) benchmarks/fabric.py engine
+	$(PY) benchmarks/fabric.py schedule
+	$(PY) benchmarks/site.py ssh
+
+stress: setup ## Every test that starts a process or a thread, 20 times, with both cores kept busy
+	$(PY) scripts/stress_tests.py
 
 build: setup ## Build the collection artifact (without lab, tests and CI files)
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path build/

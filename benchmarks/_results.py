@@ -1,4 +1,5 @@
-"""Where every benchmark puts its figures: benchmarks/results/<name>-<timestamp>.json (git ignores it)."""
+"""Where every benchmark puts its figures: benchmarks/results/<name>-<timestamp>.json, kept as the record of
+measured runs (`make test` writes its stage tables there too)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What the RPC split costs: the lab cluster's tokens/s as a ratio of one local llama-server's.
 
-Run after `make demo` (the lab is up and serves through its RPC workers):
+Run after `make llama-demo` (the lab is up and serves through its RPC workers):
 
     .venv/bin/python benchmarks/llama_rpc_overhead.py [--runs 5] [--tokens 64]
 
@@ -22,11 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
+from _lab import inventory
 from _results import save
 
 ROOT = Path(__file__).resolve().parents[1]
-INVENTORY = ROOT / "inventories" / "lab" / "hosts.yml"
 LOCAL_PORT = 18181
 PROMPT = (
     "The RPC backend of llama.cpp lets one coordinator run a model whose layers and experts live in the "
@@ -70,19 +69,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
-    if not INVENTORY.exists():
-        sys.exit("benchmark: no lab inventory; run `make demo` first")
-    inventory = yaml.safe_load(INVENTORY.read_text())["all"]
-    head = next(iter(inventory["children"]["llama_coordinator"]["hosts"]))
-    workers = list(inventory["children"]["llama_rpc_workers"]["hosts"] or {})
-    model = inventory["vars"]["llama_server_model_path"]
-    ctx = str(inventory["vars"].get("llama_server_ctx_size", 512))
+    groups, hostvars = inventory("make llama-demo")
+    if not groups.get("llama_coordinator"):
+        sys.exit("benchmark: the lab has no llama.cpp cluster; run `make llama-demo` first")
+    head = groups["llama_coordinator"][0]
+    workers = groups.get("llama_rpc_workers", [])
+    model = hostvars[head]["llama_server_model_path"]
+    ctx = str(hostvars[head].get("llama_server_ctx_size", 512))
     server = "/opt/llama.cpp/current/bin/llama-server"
 
     unit = docker_exec(head, "systemctl", "show", "-P", "ExecStart", "gpufleet-llama-server.service")
     if "--rpc" not in unit:
-        sys.exit("benchmark: gpufleet-llama-server on the coordinator has no --rpc; run `make demo` first")
-    cluster_port = int(inventory["vars"].get("llama_server_port", 8080))
+        sys.exit("benchmark: gpufleet-llama-server on the coordinator has no --rpc; run `make llama-demo` first")
+    cluster_port = int(hostvars[head].get("llama_server_port", 8080))
 
     docker_exec(
         head,

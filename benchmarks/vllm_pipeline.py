@@ -1,14 +1,14 @@
 """What the pipeline split costs: a PP=2 vLLM replica's decode tokens/s and time to first token,
 as ratios of a single-node vLLM serving the same model, measured in the same run.
 
-Run while the molecule vllm scenario's replicas are up (`molecule converge -s vllm`; its verify
-runs this too):
+Run on the demo lab (`make bench` does it all; or `make demo`, whose 4-host lab has the PP=2
+replica `lab` on lab-head and lab-w1 and the one-node replica `solo` on lab-w2):
 
-    .venv/bin/python benchmarks/vllm_pipeline.py [--runs 5] [--tokens 96] [--client molecule-vllm-e]
+    .venv/bin/python benchmarks/vllm_pipeline.py [--runs 5] [--tokens 96]
 
-From one client host it alternates streaming completions between the PP=2 replica (rank 0 on
-another host, the second stage on a third) and the single-node replica on the client host
-itself, so both see the same machine load. Time to first token is the time to the first
+From the single-node replica's host it alternates streaming completions between the PP=2 replica
+(rank 0 on another host, the second stage on a third) and the single-node replica on the client
+host itself, so both see the same machine load. Time to first token is the time to the first
 streamed token; decode tokens/s counts the tokens after the first over the time after the first.
 Greedy sampling with ignore_eos, so every run decodes exactly --tokens tokens. The JSON goes to
 benchmarks/results/.
@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 
+from _lab import inventory
 from _results import save
 
 # Runs on the client host with the vLLM venv's python: one streamed completion, timed.
@@ -63,12 +64,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--client", default="molecule-vllm-e")
-    parser.add_argument("--pipeline-url", default="http://172.30.92.10:8000")
-    parser.add_argument("--single-url", default="http://127.0.0.1:8000")
-    parser.add_argument("--model", default="tiny-llama")
-    parser.add_argument("--key", default="molecule-not-a-secret-key")
+    parser.add_argument("--pipeline", default="lab", help="the PP=2 replica")
+    parser.add_argument("--single", default="solo", help="the one-node replica, whose host is the client")
     args = parser.parse_args()
+    groups, hostvars = inventory("make demo")
+    replicas = {
+        name[len("vllm_replica_") :]: hosts for name, hosts in groups.items() if name.startswith("vllm_replica_")
+    }
+    if len(replicas.get(args.pipeline, [])) != 2 or len(replicas.get(args.single, [])) != 1:
+        sys.exit(f"benchmark: needs a two-node {args.pipeline} and a one-node {args.single}; the lab has {replicas}")
+    head, client = hostvars[replicas[args.pipeline][0]], replicas[args.single][0]
+    args.client = client
+    args.pipeline_url = f"http://{head['gpufleet_fabric_address']}:8000"
+    args.single_url = f"http://{hostvars[client]['gpufleet_fabric_address']}:8000"
+    args.model, args.key = head["vllm_served_model_name"], head["vllm_api_key"]
 
     python = docker_exec(args.client, "sh", "-c", "ls -d /opt/gpufleet/vllm/*/bin/python | head -n 1").strip()
     samples: dict[str, list[dict]] = {"pipeline": [], "single": []}

@@ -18,6 +18,9 @@ The environment, credential files and extravars are written 0600 and never print
     .venv/bin/python scripts/controller_jobs.py list
     .venv/bin/python scripts/controller_jobs.py run "NAME" -i INVENTORY [-a VARIABLE=ANSWER] [-e KEY=JSON] \\
         [--input CREDENTIAL.FIELD=VALUE] [--tags T] [--skip-tags T] [--data-dir DIR]
+
+`run` and `workflow` print the job's output on standard error as it comes, and one JSON summary
+(status, rc, changed per host, set_stats) on standard output, which callers parse.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 from jinja2 import StrictUndefined
@@ -261,7 +265,7 @@ def launch(
     env: dict[str, str] | None = None,
     skip_credentials: tuple[str, ...] = (),
     workflow_vars: dict | None = None,
-    echo: bool = False,
+    echo: bool | TextIO = False,
 ) -> Job:
     """Run one job template as a controller would; return the finished job.
 
@@ -316,7 +320,8 @@ def launch(
     for line in proc.stdout:
         lines.append(line)
         if echo:
-            sys.stdout.write(line)
+            # echo=True: standard output; or the stream given (the CLI keeps stdout for its JSON).
+            (sys.stdout if echo is True else echo).write(line)
     proc.wait()
     wall = round(time.monotonic() - start, 1)
     artifacts = data_dir / "artifacts" / ident
@@ -508,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
             "answers": {key: str(value) for key, value in parse_pairs(args.answer, "-a").items()},
             "inputs": inputs,
             "skip_credentials": tuple(args.skip_credential),
-            "echo": True,
+            # The job's output is progress: standard output is the JSON summary alone.
+            "echo": sys.stderr,
         }
         if args.command == "workflow":
             flow = launch_workflow(args.name, args.inventory, **common)

@@ -2,7 +2,7 @@
 
     lab.py engine            install docker.io/debootstrap when missing, start dockerd
     lab.py image             build (or reuse) the cached debootstrap base image; prints its tag
-    lab.py up [--hosts N] [--serving vllm|llama|none]
+    lab.py up [--hosts N] [--serving vllm|site|llama|none]
                              start lab-head, lab-w1 ... on a management network and an MTU 9000
                              fabric, reachable over SSH, and write inventories/lab/topology.yml
     lab.py status            show what the lab runs
@@ -57,6 +57,24 @@ FABRIC_INTERFACE = "eth1"
 RACK_HOSTS = 5
 # Not a secret: the lab's replica serves only inside the lab.
 LAB_API_KEY = "lab-not-a-secret-key-0123456789"
+# The lab stage's one deployment of the whole site (`up --hosts 10 --serving site`), which carries
+# every proof that needs a real multi-host cluster (docs/testing.md): a PP=2 vLLM replica over two
+# hosts, a TP=2 replica on one host (the flagship's shape: tensor parallel inside a node, pipeline
+# parallel across nodes), a llama.cpp RPC cluster, a client host the replicas' APIs admit and one
+# they do not (the port scans), and the front door with Prometheus on the last host.
+SITE_HOSTS = ["lab-head"] + [f"lab-w{i}" for i in range(1, 10)]
+SITE_LAYOUT = {
+    "pp": ["lab-head", "lab-w1"],
+    "tp": ["lab-w2"],
+    "llama_coordinator": "lab-w3",
+    "llama_workers": ["lab-w4", "lab-w5"],
+    "api_client": ["lab-w6"],
+    "outsider": ["lab-w7"],
+    "nccl_operator": ["lab-w8"],
+    "frontdoor": "lab-w9",
+}
+# The hosts that play a part in the lab's proofs (tests/site/), as groups beside the manifest.
+SITE_GROUPS = LAB_DIR / "site_parts.yml"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 CACHE_DIR = Path(os.environ.get("GPUFLEET_LAB_CACHE", "/var/cache/gpufleet-lab"))
@@ -338,7 +356,11 @@ def helper_json(script: str) -> dict[str, str]:
     )
     if proc.returncode != 0:
         sys.exit(f"lab: scripts/lab/{script} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        # Its standard output is the JSON alone; progress belongs on standard error.
+        sys.exit(f"lab: scripts/lab/{script} printed more than its JSON on standard output:\n{proc.stdout[-2000:]}")
 
 
 def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
@@ -347,9 +369,9 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
     Two racks (leafs) under one spine; hosts fill rack 1 first, five per rack, so the addresses
     come from the manifest's allocation rule (rack id and slot), as on a real cluster. serving is
     vllm (a PP=2 replica on the first two hosts and, from four hosts on, a one-node replica on the
-    third), vllm-ops (two one-node replicas, for the operations trials), llama (a coordinator and its
-    RPC workers) or none. From three hosts on, the last host
-    is the front door and the Prometheus server (playbooks/operations.yml, monitoring.yml).
+    third), site (the lab stage's one deployment of everything: SITE_LAYOUT), llama (a coordinator
+    and its RPC workers) or none. From three hosts on, the last host is the front door and the
+    Prometheus server (playbooks/operations.yml, monitoring.yml).
     """
     names = host_names(count)
     racks: list[dict] = []
@@ -391,29 +413,19 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
             "fabric_network_revert_seconds": 240,
             # vLLM's CPU workers busy-poll for a second after each request they read, so the
             # default probes (the agent's completion and HAProxy's every 2 s) kept both lab cores
-            # spinning with no client at all. The lab probes the API every 2 s and completes
-            # every 20 s (agent) and 10 s (HAProxy; fastinter and downinter keep transitions quick).
-            "health_agent_engine_deep_every": 10,
-            "frontdoor_check_inter": "10s",
+            # spinning with no client at all; with a completion every 20 s (agent) and 10 s
+            # (HAProxy) the four workers of the site layout still took a quarter of a core between
+            # them while no client ran (top over 20 s during the acceptance run). The lab
+            # probes the API every 2 s (a dead engine is drained within seconds) and completes
+            # every 60 s (agent) and 30 s (HAProxy; fastinter and downinter keep transitions quick).
+            "health_agent_engine_deep_every": 30,
+            "frontdoor_check_inter": "30s",
         },
     }
-    if serving == "vllm-ops":
-        if count < 3:
-            raise SystemExit("lab: two one-node replicas and a front door need --hosts 3 or more")
-        # The operations trials (benchmarks/operations.py): two one-node replicas, one OpenMP
-        # thread each and no binding. Pinned to a core each (VLLM_CPU_OMP_THREADS_BIND 0 and 1),
-        # a restarting replica's new EngineCore process came up pinned to the other replica's
-        # core and got 0.2 s of CPU in 4 minutes beside that replica's loaded, busy-polling
-        # worker (docs/operations.md); unpinned, the kernel balances the two.
-        manifest["serving"] = {
-            "vllm": [
-                {"replica": "lab", "nodes": names[:1], "vars": vllm_vars(assets, pipeline=1)},
-                {"replica": "solo", "nodes": names[1:2], "vars": vllm_vars(assets, pipeline=1)},
-            ]
-        }
-        servers = {server["name"]: server for rack in racks for server in rack["servers"]}
-        for name in names[:2]:
-            servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}
+    if serving == "site":
+        if count != len(SITE_HOSTS):
+            raise SystemExit(f"lab: the site layout is {len(SITE_HOSTS)} hosts (SITE_LAYOUT), not --hosts {count}")
+        site_serving(manifest, assets)
     elif serving == "vllm":
         if count < 2:
             raise SystemExit("lab: a vLLM PP=2 replica needs --hosts 2 or more")
@@ -423,7 +435,7 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
         manifest["serving"] = {"vllm": replicas}
         # vLLM's CPU workers spin their OpenMP threads on every core they may use; on two cores
         # shared by three of them a restarting replica starves (minutes to start). One core each,
-        # as molecule/vllm pins them; solo shares core 1 with the headless rank.
+        # solo shares core 1 with the headless rank.
         servers = {server["name"]: server for rack in racks for server in rack["servers"]}
         for name, core in zip(names[:3], ("0", "1", "1")):
             servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": core}}
@@ -437,8 +449,49 @@ def render_manifest(count: int, serving: str, assets: dict[str, str]) -> dict:
     return manifest
 
 
-def vllm_vars(assets: dict[str, str], pipeline: int = 2) -> dict:
-    """A lab vLLM replica: the vllm-cpu build, the generated tiny model, PP=2 over the fabric (or one node)."""
+def site_serving(manifest: dict, assets: dict) -> None:
+    """The site layout's serving (SITE_LAYOUT): the two vLLM replicas and the llama.cpp cluster."""
+    layout = SITE_LAYOUT
+    manifest["serving"] = {
+        "vllm": [
+            {"replica": "pp", "nodes": layout["pp"], "vars": vllm_vars(assets)},
+            {"replica": "tp", "nodes": layout["tp"], "vars": vllm_vars(assets, pipeline=1, tensor=2)},
+        ],
+        "llama_cpp": [{"coordinator": layout["llama_coordinator"], "workers": layout["llama_workers"]}],
+    }
+    # The coordinator is a replica behind the front door too: the same model name and key as the
+    # vLLM replicas, on its fabric address (group_vars/llama_coordinator.yml).
+    manifest["vars"].update(
+        llama_vars(assets["llama"]), llama_server_api_key=LAB_API_KEY, llama_server_extra_args=["--alias", "tiny-llama"]
+    )
+    servers = {server["name"]: server for rack in manifest["racks"] for server in rack["servers"]}
+    # One OpenMP thread per vLLM process and no binding: pinned to a core each, a restarting
+    # replica's new EngineCore came up on the core of the other replica's busy-polling worker
+    # and got 0.2 s of CPU in 4 minutes (docs/operations.md); unpinned, the kernel balances them.
+    for name in layout["pp"] + layout["tp"]:
+        servers[name]["vars"] = {"vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}
+    for name in layout["tp"]:
+        # With TP > 1 even --enforce-eager compiles one function, which needs a C++ toolchain
+        # and then kills the engine on its first request: torch.compile stays off.
+        servers[name]["vars"]["vllm_env"]["TORCH_COMPILE_DISABLE"] = "1"
+
+
+def vllm_vars(assets: dict[str, str], pipeline: int = 2, tensor: int = 1) -> dict:
+    """A lab vLLM replica: the vllm-cpu build, the generated tiny model, PP=2 over the fabric (or
+    one node, with tensor parallel ranks on that node)."""
+    args = {
+        "dtype": "float32",
+        "max-model-len": 512,
+        "max-num-seqs": 8,
+        "kv-cache-memory-bytes": 134217728,
+    }
+    if tensor > 1:
+        # torch.compile is off for TP (vllm_env above), so the replica runs eagerly.
+        args["enforce-eager"] = True
+    else:
+        # PP > 1 with --enforce-eager dies on the first request on CPU; compilation mode 2
+        # with the eager backend works (docs/lab.md).
+        args["compilation-config"] = {"mode": 2, "backend": "eager"}
     return {
         "vllm_platform": "cpu",
         "vllm_version": "0.32.0",
@@ -448,6 +501,7 @@ def vllm_vars(assets: dict[str, str], pipeline: int = 2) -> dict:
         "vllm_model_path": "/var/lib/gpufleet/models/tiny-llama",
         "vllm_served_model_name": "tiny-llama",
         "vllm_pipeline_parallel_size": pipeline,
+        "vllm_tensor_parallel_size": tensor,
         "vllm_api_key": LAB_API_KEY,
         "vllm_ready_timeout": 600,
         "vllm_shutdown_timeout": 5,
@@ -455,15 +509,7 @@ def vllm_vars(assets: dict[str, str], pipeline: int = 2) -> dict:
         # The KV budget is given outright (kv-cache-memory-bytes), so the engine's KV blocks must
         # be exactly the capacity plan's (the smoke test compares them).
         "vllm_capacity_tolerance": 0,
-        "vllm_args": {
-            "dtype": "float32",
-            "max-model-len": 512,
-            "max-num-seqs": 8,
-            "kv-cache-memory-bytes": 134217728,
-            # PP > 1 with --enforce-eager dies on the first request on CPU; compilation mode 2
-            # with the eager backend works (molecule/vllm).
-            "compilation-config": {"mode": 2, "backend": "eager"},
-        },
+        "vllm_args": args,
     }
 
 
@@ -501,8 +547,10 @@ def up(count: int, serving: str) -> None:
     ensure_network(MGMT_NETWORK, MGMT_SUBNET, 1500)
     ensure_network(NETWORK, SUBNET, MTU)
     assets: dict[str, str] = {}
-    if serving in ("vllm", "vllm-ops"):
+    if serving in ("vllm", "site"):
         assets = helper_json("vllm_assets.py")
+    if serving == "site":
+        assets["llama"] = helper_json("llama_assets.py")
     elif serving == "llama":
         assets = helper_json("llama_assets.py")
     public_key = ensure_ssh_key()
@@ -513,7 +561,18 @@ def up(count: int, serving: str) -> None:
         + yaml_dump(manifest)
     )
     hosts = manifest_hosts()
-    write_group_vars(manifest, hosts)
+    write_group_vars(manifest, hosts, serving)
+    if serving == "site":
+        parts = {
+            f"site_{part}": {"hosts": {name: {} for name in SITE_LAYOUT[part]}}
+            for part in ("api_client", "outsider", "nccl_operator")
+        }
+        SITE_GROUPS.write_text(
+            "---\n# Written by scripts/lab.py up --serving site: the hosts of the lab's proofs (tests/site/).\n"
+            + yaml_dump({"all": {"children": parts}})
+        )
+    else:
+        SITE_GROUPS.unlink(missing_ok=True)
     fresh = [
         name for name, hv in hosts.items() if start_host(name, tag, hv["ansible_host"], hv["gpufleet_fabric_address"])
     ]
@@ -584,14 +643,28 @@ def ensure_tls(address: str) -> dict[str, str]:
     return {"ca": str(ca_crt), "certificate": str(crt), "key": str(key)}
 
 
-def write_group_vars(manifest: dict, hosts: dict[str, dict]) -> None:
+def write_group_vars(manifest: dict, hosts: dict[str, dict], serving: str) -> None:
     """Group variables that need Jinja (the plugin's values are never templated) or the lab's TLS files."""
     GROUP_VARS.mkdir(parents=True, exist_ok=True)
+    if serving == "site":
+        # The site layout admits exactly the front door (its checks, Prometheus) and the API
+        # client host, so the port scans from the outsider host see the API port closed.
+        admitted = [SITE_LAYOUT["frontdoor"], *SITE_LAYOUT["api_client"]]
+        clients = [hosts[name]["gpufleet_fabric_address"] for name in admitted]
+        allowed = json.dumps(clients)
+        opened = "the front door and the API client host"
+    else:
+        allowed, opened = '["{{ gpufleet_fabric_subnet }}"]', "the fabric subnet, from where the front door reaches it"
+    if serving == "site":
+        (GROUP_VARS / "llama_coordinator.yml").write_text(
+            "---\n# Written by scripts/lab.py up. llama-server listens on the fabric address, where the front door\n"
+            "# reaches it.\n"
+            'llama_server_host: "{{ gpufleet_fabric_address }}"\n'
+        )
     (GROUP_VARS / "vllm_nodes.yml").write_text(
-        "---\n# Written by scripts/lab.py up. The API listens on the fabric address, open to the fabric\n"
-        "# subnet, from where the front door reaches it.\n"
+        f"---\n# Written by scripts/lab.py up. The API listens on the fabric address, open to {opened}.\n"
         'vllm_api_host: "{{ gpufleet_fabric_address }}"\n'
-        'vllm_api_allowed_clients: ["{{ gpufleet_fabric_subnet }}"]\n'
+        f"vllm_api_allowed_clients: {allowed}\n"
     )
     frontends = manifest.get("operations", {}).get("frontends", [])
     target = GROUP_VARS / "inference_frontends.yml"
@@ -633,6 +706,7 @@ def down(purge: bool) -> None:
         for tarball in CACHE_DIR.glob(f"{IMAGE_REPO}-*.tar.gz"):
             tarball.unlink()
     MANIFEST.unlink(missing_ok=True)
+    SITE_GROUPS.unlink(missing_ok=True)
     shutil.rmtree(GROUP_VARS, ignore_errors=True)
     shutil.rmtree(SSH_DIR, ignore_errors=True)
     log("lab removed")
@@ -666,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up")
     p_up.add_argument("--hosts", type=int, default=int(os.environ.get("LAB_HOSTS", "3")))
     p_up.add_argument(
-        "--serving", choices=("vllm", "vllm-ops", "llama", "none"), default=os.environ.get("LAB_SERVING", "vllm")
+        "--serving", choices=("vllm", "site", "llama", "none"), default=os.environ.get("LAB_SERVING", "vllm")
     )
     sub.add_parser("status")
     p_down = sub.add_parser("down")

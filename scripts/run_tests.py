@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import io
+import json
 import os
 import re
 import shutil
@@ -99,10 +100,22 @@ def lab(*args: str) -> list[str]:
 
 
 DOCS_SITE_TEST = REPO / "tests" / "packaging" / "test_docs_site.py"
+BAD_INPUTS_TEST = REPO / "tests" / "lab" / "test_bad_inputs.py"
+SITE = REPO / "tests" / "site"
+LAB_INVENTORY = "inventories/lab"
+
+# The molecule scenarios `make test` runs: each proves what the lab stage's one deployment cannot
+# (its own host shape, or a fault that would break the shared lab), as its molecule.yml says.
+MOLECULE_IN_TEST = ("fabric_network", "fabric_validate", "gpu_stack")
+# The others are for a role's developer, run alone (`molecule test -s NAME`): the lab stage makes
+# their proofs (docs/testing.md). `make test` checks their syntax and names them, with this reason.
+DEVELOPER_SCENARIO = "a role developer's scenario; the lab stage makes its proofs (docs/testing.md)"
 # Stages that only run when named: each with the reason it is not in `make test` yet, printed in
 # the summary of every run that leaves it out.
 # None today: docs-site joined `make test` once the suite was measured with it (docs/testing.md).
 OPTIONAL: dict[str, str] = {}
+
+SCENARIOS = sorted(path.parent.name for path in REPO.glob("molecule/*/molecule.yml"))
 
 # name -> list of commands (argv, or a callable returning (argv, cwd)); run in order.
 STAGES: dict[str, list] = {
@@ -117,27 +130,48 @@ STAGES: dict[str, list] = {
     # tests/unit runs once, under ansible-test units (the same pytest files, in the collection
     # layout); plain pytest runs only what ansible-test does not collect.
     "pytest": [
-        ["pytest", "-q", "-p", "no:cacheprovider", "tests/lab", "tests/packaging", f"--ignore={DOCS_SITE_TEST}"]
+        [
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/lab",
+            "tests/packaging",
+            f"--ignore={DOCS_SITE_TEST}",
+            f"--ignore={BAD_INPUTS_TEST}",
+        ]
     ],
+    # Every role's bad inputs refused before any change, on the local machine in check mode
+    # (docs/testing.md, The bad-input suite); a stage of its own so that `make check` runs it.
+    "bad-inputs": [["pytest", "-q", "-p", "no:cacheprovider", str(BAD_INPUTS_TEST)]],
     # The antsibull-docs site read back in headless Chromium (docs/docs-site.md): a stage of its own,
     # so its time (a venv and Chromium on a fresh machine) shows in the summary.
     "docs-site": [["pytest", "-q", "-p", "no:cacheprovider", str(DOCS_SITE_TEST)]],
-    # One `molecule test -s NAME` per scenario (what --all runs), so the summary shows each one's time;
-    # run in lanes (molecule_lanes) because one scenario alone leaves half of the 2 cores idle.
-    "molecule": [["molecule", "test", "-s", path.parent.name] for path in sorted(REPO.glob("molecule/*/molecule.yml"))],
-    # The flagship composition end to end on a 10-host lab built from a topology manifest and
-    # reached over SSH: plan, fabric at MTU 9000, NCCL, two one-node vLLM replicas, the
-    # front door and monitoring, all-pairs acceptance, launched as the controller launches them;
-    # then the idempotent second run from the built artifact (it fails unless nothing changed).
+    # The scenarios of MOLECULE_IN_TEST, one `molecule test -s NAME` each, so the summary shows each
+    # one's time; run in lanes (molecule_lanes) because one scenario alone leaves half of the 2 cores
+    # idle. The developer scenarios are syntax-checked only.
+    "molecule": [["molecule", "test", "-s", name] for name in MOLECULE_IN_TEST]
+    + [["molecule", "syntax", "-s", name] for name in sorted(set(SCENARIOS) - set(MOLECULE_IN_TEST))],
+    # The one deployment of the whole site on a 10-host lab built from a topology manifest and
+    # reached over SSH (scripts/lab.py SITE_LAYOUT), which carries every proof that needs a real
+    # multi-host cluster (docs/testing.md lists them): deployed as the controller launches it, then
+    # verified, rerun from the built artifact (it fails unless nothing changed), put through the
+    # operations trials, and removed. A lab left by an earlier run is removed first: the workflow's
+    # preflight must meet fresh hosts.
     "lab": [
         # The checkout resolves its own FQCNs through ansible.cfg, no installed copy needed.
         [str(VENV_BIN / "ansible"), "localhost", "-m", "gpufleet.inference.nccl_info"],
-        lab("up", "--hosts", "10", "--serving", "vllm-ops"),
-        [str(VENV_BIN / "ansible"), "-i", "inventories/lab", "all", "-m", "ansible.builtin.ping"],
-        [str(VENV_BIN / "ansible-inventory"), "-i", "inventories/lab", "--graph"],
+        lab("down"),
+        lab("up", "--hosts", "10", "--serving", "site"),
+        [str(VENV_BIN / "ansible"), "-i", LAB_INVENTORY, "all", "-m", "ansible.builtin.ping"],
+        [str(VENV_BIN / "ansible-inventory"), "-i", LAB_INVENTORY, "--graph"],
+        # What an operator left on a host before the collection managed it.
+        [str(VENV_BIN / "ansible-playbook"), "-i", LAB_INVENTORY, str(SITE / "prepare.yml")],
         # The workflow (preflight on the new hosts, deploy, validate) and the job templates,
-        # through ansible-runner as AWX runs them (benchmarks/site.py run).
-        [str(VENV_BIN / "python"), str(REPO / "benchmarks" / "site.py"), "run"],
+        # through ansible-runner as AWX runs them.
+        [str(VENV_BIN / "python"), str(SITE / "deploy.py")],
+        # The serving layer's, the collective layer's and the llama.cpp cluster's proofs.
+        [str(VENV_BIN / "ansible-playbook"), "-i", LAB_INVENTORY, str(SITE / "verify.yml")],
         # The idempotent second run of the whole site, from the built artifact installed into a
         # clean venv, by FQCN (scripts/installed_collection.py): roles, templates, files, modules,
         # filters and the topology inventory plugin all come from the artifact, and every host
@@ -160,30 +194,35 @@ STAGES: dict[str, list] = {
         ],
         # Two replicas behind the front door under a bounded client load: a rolling restart, a
         # kill -9, a fabric link down, an operator's drain; then Prometheus' series (docs/operations.md).
-        [str(VENV_BIN / "python"), str(REPO / "benchmarks" / "operations.py"), "run"],
+        [str(VENV_BIN / "python"), str(SITE / "operations.py")],
         lab("down"),
     ],
 }
 
-# Seconds each scenario took in the last clean-clone run with two lanes (docs/testing.md, Time
-# budget), to balance the lanes; a new scenario counts as DEFAULT_SECONDS until measured. Each
-# scenario has its own containers, network and subnet, so lanes share nothing but the read-only
-# caches. vllm is about as long as all the others together.
+# Seconds each scenario took in a measured run with two lanes (benchmarks/results/), to balance
+# the lanes; a new scenario counts as DEFAULT_SECONDS until measured. Each scenario has its own
+# containers, network and subnet, so lanes share nothing but the read-only caches.
 SCENARIO_SECONDS = {
-    "vllm": 1425,
     "fabric_network": 546,
     "gpu_stack": 472,
     "fabric_validate": 369,
-    "llama_rpc": 302,
-    "nccl": 70,
 }
 DEFAULT_SECONDS = 300
+# A developer scenario's syntax check (no hosts).
+SYNTAX_SECONDS = 10
 # Stages that run beside the molecule lanes when both are selected, as steps of the lane that
 # ends first: they use neither molecule's hosts nor the lab's, and the vllm lane ends minutes
 # before the other, so they take its tail instead of minutes of their own (docs/testing.md, Time
 # budget). Their rows in the summary stay their own. Seconds by step label, as SCENARIO_SECONDS.
-BESIDE_MOLECULE = ("pytest", "docs-site")
+BESIDE_MOLECULE = ("pytest", "docs-site", "lab")
 BESIDE_SECONDS = {"pytest": 80, "test_docs_site": 60}
+# Steps that take a lane of their own beside the others.
+OWN_LANE = ("run_tests lab",)
+# The lab stage runs beside the molecule lanes as one step, its own steps in turn (a nested
+# run_tests.py): its hosts and subnets are not molecule's, and both spend much of their time
+# waiting (engines starting, apt, the trials' holds), so together they take less than in turn.
+# GPUFLEET_LAB_BESIDE=0 runs the lab after molecule instead.
+LAB_BESIDE_ENV = "GPUFLEET_LAB_BESIDE"
 LANES_ENV = "GPUFLEET_MOLECULE_LANES"
 LOG_DIR = REPO / "tests" / "output" / "molecule"
 
@@ -194,34 +233,44 @@ def step_label(argv: list[str]) -> str:
     """A short name for a step in the summary: the scenario of a molecule run, else the script or command."""
     if argv[:3] == ["molecule", "test", "-s"]:
         return argv[3]
+    if argv[:3] == ["molecule", "syntax", "-s"]:
+        return f"{argv[3]} syntax"
     # An option (pytest's --ignore=PATH) names no script of the step.
     script = next((a for a in argv[1:] if a.endswith(".py") and not a.startswith("-")), None)
     if script is None:
         return Path(argv[0]).name
-    rest = argv[argv.index(script) + 1 :]
+    rest = [a for a in argv[argv.index(script) + 1 :] if not a.startswith("-")]
     return f"{Path(script).stem} {rest[0]}" if rest else Path(script).stem
 
 
 def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
     """Split the molecule steps into at most `lanes` lanes run side by side; 1 runs them in turn.
 
-    Longest first (SCENARIO_SECONDS), each onto the lane with the least expected time so far: the
-    longest scenario starts at once, and the short ones fill the lane that would end first."""
+    The lab stage (OWN_LANE) takes a lane of its own. The syntax checks come first, so that a broken
+    scenario fails in seconds; then longest first (SCENARIO_SECONDS), each onto the lane with the
+    least expected time so far: the longest scenario starts at once, and the short ones fill the
+    lane that would end first."""
     if lanes < 1:
         raise ValueError(f"{LANES_ENV}={lanes}: use 1 (one scenario at a time) or more")
     if lanes == 1:
         return [steps]
+    alone = [step for step in steps if step_label(step) in OWN_LANE][: lanes - 1]
+    steps = [step for step in steps if step not in alone]
+    lanes -= len(alone)
     shared: list[list[list[str]]] = [[] for _lane in range(lanes)]
     load = [0] * lanes
-    for step in sorted(steps, key=lambda s: (-expected_seconds(s), step_label(s))):
+    order = sorted(steps, key=lambda s: (not step_label(s).endswith(" syntax"), -expected_seconds(s), step_label(s)))
+    for step in order:
         emptiest = load.index(min(load))
         shared[emptiest].append(step)
         load[emptiest] += expected_seconds(step)
-    return [lane for lane in shared if lane]
+    return [[step] for step in alone] + [lane for lane in shared if lane]
 
 
 def expected_seconds(step: list[str]) -> int:
     label = step_label(step)
+    if label.endswith(" syntax"):
+        return SYNTAX_SECONDS
     return SCENARIO_SECONDS.get(label, BESIDE_SECONDS.get(label, DEFAULT_SECONDS))
 
 
@@ -313,20 +362,29 @@ def pytest_counts(text: str) -> list[str]:
     ]
 
 
+def beside_steps(stage: str) -> list[list[str]]:
+    """A stage's steps in the molecule lanes: its own, or the lab as one step whose steps run in turn."""
+    if stage == "lab":
+        return [[sys.executable, str(Path(__file__).resolve()), "--no-record", "lab"]]
+    return STAGES[stage]
+
+
 def run_molecule_with(beside: list[str]) -> list[tuple[str, str, float, str]]:
     """The molecule stage with the stages in beside as steps of its lanes; a summary row for each:
     (stage, PASSED/FAILED/NOT RUN, seconds, detail)."""
-    steps_of = {step_label(step): stage for stage in beside for step in STAGES[stage]}
+    steps_of = {step_label(step): stage for stage in beside for step in beside_steps(stage)}
     t0 = time.monotonic()
     ok, detail, ran = run_lanes(
-        "molecule", molecule_lanes(STAGES["molecule"] + [s for b in beside for s in STAGES[b]], lane_count()), steps_of
+        "molecule",
+        molecule_lanes(STAGES["molecule"] + [s for b in beside for s in beside_steps(b)], lane_count()),
+        steps_of,
     )
     missing = [step_label(step) for step in STAGES["molecule"] if step_label(step) not in ran]
     if ok and missing:
         ok, detail = False, f"not run after a failure beside them: {', '.join(missing)}; {detail}"
     rows = [("molecule", "PASSED" if ok else "FAILED", time.monotonic() - t0, detail)]
     for stage in beside:
-        labels = [step_label(step) for step in STAGES[stage]]
+        labels = [step_label(step) for step in beside_steps(stage)]
         if not all(label in ran for label in labels):
             rows.append((stage, "NOT RUN", 0.0, "an earlier step of the molecule lanes failed"))
             continue
@@ -373,7 +431,7 @@ def run_stage(name: str, out: TextIO | None = None) -> tuple[bool, str]:
 # tuple is a lane, and when stages of two lanes are selected the lanes run side by side: sanity
 # spends most of its time building its venvs and in single-threaded linters, the others together
 # take about as long (docs/testing.md, Time budget). Each stage keeps its own row and its time.
-STATIC_LANES = (("sanity",), ("yamllint", "ansible-lint", "ruff", "changelog-lint", "role-docs", "units"))
+STATIC_LANES = (("sanity", "bad-inputs"), ("yamllint", "ansible-lint", "ruff", "changelog-lint", "role-docs", "units"))
 
 
 def static_lanes(selected: list[str]) -> list[list[str]]:
@@ -413,6 +471,43 @@ def run_static_lanes(lanes: list[list[str]]) -> list[tuple[str, str, float, str]
     return [rows[name] for name in STAGES if name in rows]
 
 
+RESULTS_DIR = REPO / "benchmarks" / "results"
+LAB_CACHE = Path(os.environ.get("GPUFLEET_LAB_CACHE", "/var/cache/gpufleet-lab"))
+
+
+def cache_state() -> dict:
+    """What the expensive builds' cache holds when the run starts (docs/testing.md, Time budget)."""
+    return {
+        "lab_cache": str(LAB_CACHE),
+        "entries": sorted(path.name for path in LAB_CACHE.iterdir()) if LAB_CACHE.is_dir() else [],
+        "llama_cpp_builds": sorted(path.name for path in (LAB_CACHE / "llama.cpp").glob("*.tar.gz")),
+    }
+
+
+def record_run(stages: list[str], results: list[tuple[str, str, float, str]], seconds: float, caches: dict) -> Path:
+    """Write the run's stage table to benchmarks/results/test-run-<time>.json: measured runs are
+    kept as files there, not as tables in the docs."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=False)
+    record = {
+        "command": "scripts/run_tests.py " + " ".join(stages),
+        "commit": head.stdout.strip(),
+        "uncommitted_changes": bool(dirty.stdout.strip()),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "caches_at_start": caches,
+        "wall_s": round(seconds, 1),
+        "stages": [
+            {"stage": name, "state": state, "seconds": round(secs, 1), "detail": detail}
+            for name, state, secs, detail in results
+        ],
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"test-run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    return out
+
+
 def print_summary(results: list[tuple[str, str, float, str]], seconds: float) -> int:
     """Print a row per stage and a pytest-style closing line; the exit code (1 if a stage failed)."""
     print("\n" + " stage summary ".center(78, "="))
@@ -434,37 +529,40 @@ def print_summary(results: list[tuple[str, str, float, str]], seconds: float) ->
     return 1 if nfailed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stages", nargs="*", help="stages to run (default: all)")
-    parser.add_argument("--list", action="store_true")
-    args = parser.parse_args(argv)
-    if args.list:
-        print("\n".join(STAGES))
-        return 0
-    unknown = [s for s in args.stages if s not in STAGES]
-    if unknown:
-        parser.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
-    selected = args.stages or [name for name in STAGES if name not in OPTIONAL]
+def beside_molecule(selected: list[str]) -> list[str]:
+    """The selected stages that run inside the molecule lanes: with molecule in two lanes or more,
+    BESIDE_MOLECULE (the lab only while GPUFLEET_LAB_BESIDE is not 0)."""
+    if "molecule" not in selected or lane_count() < 2:
+        return []
+    beside = [name for name in BESIDE_MOLECULE if name in selected]
+    return [name for name in beside if name != "lab" or os.environ.get(LAB_BESIDE_ENV, "1") != "0"]
 
-    results: list[tuple[str, str, float, str]] = []
-    results += [(name, "SKIPPED", 0.0, reason) for name, reason in OPTIONAL.items() if name not in selected]
-    # With molecule in two lanes or more, BESIDE_MOLECULE stages run inside its lanes.
-    beside = [n for n in BESIDE_MOLECULE if n in selected] if "molecule" in selected and lane_count() > 1 else []
+
+def developer_scenario_rows(molecule_ok: bool) -> list[tuple[str, str, float, str]]:
+    """The developer scenarios, named with the reason `make test` runs only their syntax check."""
+    checked = "syntax checked" if molecule_ok else "its syntax check did not pass or run"
+    return [
+        (f"molecule {scenario}", "SKIPPED", 0.0, f"{DEVELOPER_SCENARIO}; {checked}")
+        for scenario in SCENARIOS
+        if scenario not in MOLECULE_IN_TEST
+    ]
+
+
+def run_selected(selected: list[str]) -> list[tuple[str, str, float, str]]:
+    """Run the selected stages in STAGES order; a summary row for each (and the skipped ones)."""
+    results = [(name, "SKIPPED", 0.0, reason) for name, reason in OPTIONAL.items() if name not in selected]
+    beside = beside_molecule(selected)
     # With lanes, the STATIC_LANES stages run side by side where the first of them would run.
     static = static_lanes(selected) if lane_count() > 1 else []
     static = static if len(static) > 1 else []
     in_static = [name for name in selected if any(name in lane for lane in static)]
-    start = time.monotonic()
     failed = False
     for name in selected:
         if name in in_static:
             # All of them run, side by side, where the first of them comes; each gets its row there.
             if name == in_static[0]:
-                if failed:
-                    rows = [(n, "NOT RUN", 0.0, "an earlier stage failed") for n in in_static]
-                else:
-                    rows = run_static_lanes(static)
+                rows = [(n, "NOT RUN", 0.0, "an earlier stage failed") for n in in_static]
+                rows = rows if failed else run_static_lanes(static)
                 results += rows
                 failed = failed or any(row[1] != "PASSED" for row in rows)
             continue
@@ -475,15 +573,39 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if name == "molecule" and beside:
             rows = run_molecule_with(beside)
-            results += rows
-            failed = any(row[1] != "PASSED" for row in rows)
-            continue
-        t0 = time.monotonic()
-        ok, detail = run_stage(name)
-        results.append((name, "PASSED" if ok else "FAILED", time.monotonic() - t0, detail))
-        failed = not ok
+        else:
+            t0 = time.monotonic()
+            ok, detail = run_stage(name)
+            rows = [(name, "PASSED" if ok else "FAILED", time.monotonic() - t0, detail)]
+        results += rows
+        failed = any(row[1] != "PASSED" for row in rows)
+        if name == "molecule":
+            results += developer_scenario_rows(rows[0][1] == "PASSED")
+    return results
 
-    return print_summary(results, time.monotonic() - start)
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stages", nargs="*", help="stages to run (default: all)")
+    parser.add_argument("--list", action="store_true")
+    # A nested run (the lab beside the molecule lanes) leaves the record to the run that started it.
+    parser.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(STAGES))
+        return 0
+    unknown = [s for s in args.stages if s not in STAGES]
+    if unknown:
+        parser.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    selected = args.stages or [name for name in STAGES if name not in OPTIONAL]
+    caches = cache_state()
+    start = time.monotonic()
+    results = run_selected(selected)
+    seconds = time.monotonic() - start
+    code = print_summary(results, seconds)
+    if not args.no_record:
+        print(f"stage table written to {record_run(selected, results, seconds, caches)}")
+    return code
 
 
 if __name__ == "__main__":

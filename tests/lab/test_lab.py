@@ -143,19 +143,30 @@ def test_recipe_packages_of_the_real_recipe():
     assert all(package and not package.startswith("#") for package in packages)
 
 
-def test_manifest_for_the_operations_trials_is_two_unpinned_one_node_replicas():
-    manifest = lab.render_manifest(10, "vllm-ops", VLLM_ASSETS)
-    first, second = manifest["serving"]["vllm"]
-    assert (first["replica"], first["nodes"], second["replica"], second["nodes"]) == (
-        "lab",
-        ["lab-head"],
-        "solo",
-        ["lab-w1"],
-    )
-    assert first["vars"]["vllm_pipeline_parallel_size"] == second["vars"]["vllm_pipeline_parallel_size"] == 1
-    envs = [s.get("vars", {}).get("vllm_env") for s in servers(manifest)[:3]]
+LLAMA_ASSETS = {
+    "source": "/cache/src/llama_cpp_python-0.3.36.tar.gz",
+    "checksum": "sha256:" + "a" * 64,
+    "model": "/cache/models/tiny-llama-abc.gguf",
+    "model_checksum": "sha256:" + "b" * 64,
+    "artifacts": "/cache/llama.cpp",
+}
+
+
+def test_the_site_layout_is_a_pp2_replica_a_one_node_tp2_replica_and_a_llama_cluster():
+    manifest = lab.render_manifest(10, "site", {**VLLM_ASSETS, "llama": LLAMA_ASSETS})
+    pp, tp = manifest["serving"]["vllm"]
+    assert (pp["replica"], pp["nodes"], tp["replica"], tp["nodes"]) == ("pp", ["lab-head", "lab-w1"], "tp", ["lab-w2"])
+    assert (pp["vars"]["vllm_pipeline_parallel_size"], pp["vars"]["vllm_tensor_parallel_size"]) == (2, 1)
+    assert (tp["vars"]["vllm_pipeline_parallel_size"], tp["vars"]["vllm_tensor_parallel_size"]) == (1, 2)
+    # TP runs eagerly with torch.compile off; PP compiles with the eager backend.
+    assert tp["vars"]["vllm_args"]["enforce-eager"] is True
+    assert "compilation-config" not in tp["vars"]["vllm_args"]
+    assert pp["vars"]["vllm_args"]["compilation-config"] == {"mode": 2, "backend": "eager"}
+    assert manifest["serving"]["llama_cpp"] == [{"coordinator": "lab-w3", "workers": ["lab-w4", "lab-w5"]}]
+    assert manifest["vars"]["llama_server_model_src"] == LLAMA_ASSETS["model"]
+    envs = [s.get("vars", {}).get("vllm_env") for s in servers(manifest)[:4]]
     unpinned = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
-    assert envs == [unpinned, unpinned, None]
+    assert envs == [unpinned, unpinned, {**unpinned, "TORCH_COMPILE_DISABLE": "1"}, None]
     assert manifest["operations"] == {"frontends": ["lab-w9"], "prometheus": ["lab-w9"]}
-    with pytest.raises(SystemExit, match="--hosts 3"):
-        lab.render_manifest(2, "vllm-ops", VLLM_ASSETS)
+    with pytest.raises(SystemExit, match="the site layout is 10 hosts"):
+        lab.render_manifest(4, "site", {**VLLM_ASSETS, "llama": LLAMA_ASSETS})

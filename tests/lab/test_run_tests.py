@@ -13,13 +13,18 @@ def labels(lanes):
     return [[run_tests.step_label(step) for step in lane] for lane in lanes]
 
 
-def test_the_longest_scenario_starts_first_and_the_others_fill_the_other_lane():
+MEASURED = {"vllm": 1425, "fabric_network": 546, "gpu_stack": 472, "fabric_validate": 369, "llama_rpc": 302, "nccl": 70}
+
+
+def test_the_longest_scenario_starts_first_and_the_others_fill_the_other_lane(monkeypatch):
+    monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", MEASURED)
     assert labels(run_tests.molecule_lanes(STEPS, 2)) == [["vllm"], ["fabric_network", "nccl"]]
 
 
-def test_a_short_scenario_follows_the_longest_when_that_lane_ends_first():
+def test_a_short_scenario_follows_the_longest_when_that_lane_ends_first(monkeypatch):
+    monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", MEASURED)
     # vllm 1425 s; the others 1689 s before nccl (70 s), which then goes after vllm.
-    steps = sorted(["molecule", "test", "-s", name] for name in run_tests.SCENARIO_SECONDS)
+    steps = sorted(["molecule", "test", "-s", name] for name in MEASURED)
     lanes = labels(run_tests.molecule_lanes(steps, 2))
     assert lanes == [["vllm", "nccl"], ["fabric_network", "gpu_stack", "fabric_validate", "llama_rpc"]]
 
@@ -28,26 +33,50 @@ def test_one_lane_runs_every_scenario_in_order():
     assert labels(run_tests.molecule_lanes(STEPS, 1)) == [["fabric_network", "nccl", "vllm"]]
 
 
-def test_more_lanes_than_scenarios_give_each_scenario_a_lane():
+def test_more_lanes_than_scenarios_give_each_scenario_a_lane(monkeypatch):
+    monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", MEASURED)
     assert labels(run_tests.molecule_lanes(STEPS, 4)) == [["vllm"], ["fabric_network"], ["nccl"]]
 
 
-def test_the_shared_lanes_are_balanced_by_the_measured_times():
-    steps = sorted(["molecule", "test", "-s", name] for name in run_tests.SCENARIO_SECONDS)
+def test_the_shared_lanes_are_balanced_by_the_measured_times(monkeypatch):
+    monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", MEASURED)
+    steps = sorted(["molecule", "test", "-s", name] for name in MEASURED)
     lanes = labels(run_tests.molecule_lanes(steps, 3))
     assert lanes == [["vllm"], ["fabric_network", "llama_rpc"], ["gpu_stack", "fabric_validate", "nccl"]]
 
 
-def test_an_unmeasured_scenario_counts_as_the_default():
+def test_an_unmeasured_scenario_counts_as_the_default(monkeypatch):
+    monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", MEASURED)
     steps = [*STEPS, ["molecule", "test", "-s", "new_role"]]
     # fabric_network (546 s) fills one shared lane, the new one (300 s) and nccl (70 s) the other.
     assert labels(run_tests.molecule_lanes(steps, 3)) == [["vllm"], ["fabric_network"], ["new_role", "nccl"]]
 
 
-def test_every_scenario_runs_exactly_once():
+def test_every_step_of_the_molecule_stage_runs_exactly_once():
     steps = run_tests.STAGES["molecule"]
     lanes = run_tests.molecule_lanes(steps, 2)
     assert sorted(map(tuple, (step for lane in lanes for step in lane))) == sorted(map(tuple, steps))
+
+
+def test_make_test_runs_the_scenarios_the_lab_cannot_and_checks_the_syntax_of_the_others():
+    steps = {tuple(step) for step in run_tests.STAGES["molecule"]}
+    for scenario in run_tests.SCENARIOS:
+        tested = ("molecule", "test", "-s", scenario) in steps
+        syntax = ("molecule", "syntax", "-s", scenario) in steps
+        assert tested != syntax, scenario
+        assert tested == (scenario in run_tests.MOLECULE_IN_TEST), scenario
+    assert set(run_tests.MOLECULE_IN_TEST) <= set(run_tests.SCENARIOS)
+
+
+def test_each_scenario_says_what_it_proves_that_the_lab_does_not():
+    # The header comment of molecule.yml, before the first key.
+    for scenario in run_tests.SCENARIOS:
+        text = (run_tests.REPO / "molecule" / scenario / "molecule.yml").read_text()
+        header = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+        if scenario in run_tests.MOLECULE_IN_TEST:
+            assert "What the lab stage cannot prove:" in header, scenario
+        else:
+            assert "a role developer's scenario" in header and "`make test` only checks its syntax" in header, scenario
 
 
 def test_zero_lanes_is_refused():
@@ -65,7 +94,9 @@ def test_lane_count_from_the_environment(monkeypatch):
 
 def test_step_labels():
     assert run_tests.step_label(["molecule", "test", "-s", "vllm"]) == "vllm"
-    assert run_tests.step_label(["/venv/bin/python", "/repo/benchmarks/site.py", "run"]) == "site run"
+    assert run_tests.step_label(["molecule", "syntax", "-s", "vllm"]) == "vllm syntax"
+    assert run_tests.step_label(["/venv/bin/python", "/repo/tests/site/deploy.py"]) == "deploy"
+    assert run_tests.step_label(["/venv/bin/python", "/repo/benchmarks/site.py", "ssh"]) == "site ssh"
     assert run_tests.step_label(["/venv/bin/ansible", "localhost"]) == "ansible"
 
 
@@ -132,6 +163,7 @@ def stub_static(monkeypatch, tmp_path, bodies):
         stages[name] = [[run_tests.sys.executable, str(path)]]
     monkeypatch.setattr(run_tests, "STAGES", stages)
     monkeypatch.setattr(run_tests, "STATIC_LANES", (("slow",), ("quick", "after")))
+    monkeypatch.setattr(run_tests, "RESULTS_DIR", tmp_path / "results")
     monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
 
 
@@ -205,3 +237,38 @@ def test_static_stages_after_a_failed_stage_are_reported_not_run(monkeypatch, tm
     summary = capsys.readouterr().out.split(" stage summary ")[1]
     assert "NOT RUN  slow" in summary and "NOT RUN  quick" in summary
     assert "1 failed, 0 passed, 2 not run" in summary
+
+
+def test_a_run_writes_its_stage_table_with_the_cache_state(monkeypatch, tmp_path):
+    stub_static(monkeypatch, tmp_path, {"slow": "print('=== 2 passed in 0.1s ===')", "quick": "pass", "after": "pass"})
+    cache = tmp_path / "cache"
+    (cache / "llama.cpp").mkdir(parents=True)
+    (cache / "llama.cpp" / "abc.tar.gz").write_text("")
+    monkeypatch.setattr(run_tests, "LAB_CACHE", cache)
+    assert run_tests.main(["slow", "quick"]) == 0
+    (record,) = (tmp_path / "results").glob("test-run-*.json")
+    table = run_tests.json.loads(record.read_text())
+    assert [(row["stage"], row["state"]) for row in table["stages"]] == [("slow", "PASSED"), ("quick", "PASSED")]
+    assert table["command"] == "scripts/run_tests.py slow quick"
+    assert table["caches_at_start"]["llama_cpp_builds"] == ["abc.tar.gz"]
+    assert table["wall_s"] >= 0 and table["commit"]
+
+
+def test_the_lab_runs_beside_the_molecule_lanes_as_one_step_in_a_lane_of_its_own(monkeypatch):
+    monkeypatch.delenv("GPUFLEET_LAB_BESIDE", raising=False)
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
+    every = list(run_tests.STAGES)
+    assert run_tests.beside_molecule(every) == ["pytest", "docs-site", "lab"]
+    (lab,) = run_tests.beside_steps("lab")
+    assert run_tests.step_label(lab) == "run_tests lab" and "--no-record" in lab
+    steps = run_tests.STAGES["molecule"] + [
+        s for b in run_tests.beside_molecule(every) for s in run_tests.beside_steps(b)
+    ]
+    lab_lane, other = labels(run_tests.molecule_lanes(steps, 2))
+    assert lab_lane == ["run_tests lab"]
+    # The syntax checks first, then longest first.
+    syntax = [label for label in other if label.endswith(" syntax")]
+    assert other[: len(syntax)] == syntax and len(syntax) == len(run_tests.SCENARIOS) - len(run_tests.MOLECULE_IN_TEST)
+    monkeypatch.setenv("GPUFLEET_LAB_BESIDE", "0")
+    assert run_tests.beside_molecule(every) == ["pytest", "docs-site"]
+    assert run_tests.beside_molecule(["lab"]) == []

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "inventories" / "lab" / "topology.yml"
 BIN = ROOT / ".venv" / "bin"
 ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -45,7 +45,7 @@ jobs = _controller_jobs()
 def inventory() -> dict:
     """The lab inventory as ansible-inventory --list gives it."""
     if not MANIFEST.exists():
-        sys.exit("lab: no lab manifest; run `make lab LAB_HOSTS=10` first")
+        sys.exit("lab: no lab manifest; run `scripts/lab.py up --hosts 10 --serving site` first")
     proc = subprocess.run(
         [str(BIN / "ansible-inventory"), "-i", str(MANIFEST), "--list"],
         cwd=ROOT,
@@ -92,14 +92,15 @@ def report(job: jobs.Job, what: str) -> None:
         print(f"lab: the failed job's private data dir: {job.data_dir}", flush=True)
 
 
-def launch(name: str, hostvars: dict, *, echo: bool = False, **kwargs) -> jobs.Job:
-    """Run job template name on the lab; print one line of its result; exit if it cannot launch.
+def launch(name: str, hostvars: dict, *, echo: bool = False, inventory: Path = MANIFEST, **kwargs) -> jobs.Job:
+    """Run job template name on the lab (or on inventory); print one line of its result; exit if it
+    cannot launch.
 
     kwargs are scripts/controller_jobs.py launch()'s (answers, extra_vars, tags, skip_tags, limit)."""
     try:
         job = jobs.launch(
             name,
-            MANIFEST,
+            inventory,
             data_dir=Path(tempfile.mkdtemp(prefix="gpufleet-lab-job-")),
             echo=echo,
             **credentials(hostvars),

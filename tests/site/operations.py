@@ -1,13 +1,13 @@
 """Operations trials on the lab: the front door under a bounded client load while things go wrong.
 
-    .venv/bin/python scripts/lab.py up --hosts 10 --serving vllm-ops
-    .venv/bin/ansible-playbook -i inventories/lab/topology.yml playbooks/site.yml
-    .venv/bin/python benchmarks/operations.py run [--concurrency 2] [--requests 4000] [--cap 420]
+    .venv/bin/python scripts/lab.py up --hosts 10 --serving site
+    .venv/bin/python tests/site/deploy.py
+    .venv/bin/python tests/site/operations.py [--concurrency 2] [--requests 4000] [--cap 480]
 
-It needs two vLLM replicas behind the front door (`lab` and `solo`: one node each with
---serving vllm-ops, the lab stage's layout; --serving vllm makes `lab` PP=2 over two hosts),
-the health agents and the front door's controller (playbooks/operations.yml), and Prometheus
-(playbooks/monitoring.yml): the site composition deploys all of them.
+It needs two vLLM replicas behind the front door (`pp`: PP=2 over two hosts, and `tp`: TP=2 on one
+host, the site layout of scripts/lab.py), the health agents and the front door's controller
+(playbooks/operations.yml), and Prometheus (playbooks/monitoring.yml): the site composition
+deploys all of them. The lab stage of `make test` runs it after the site's idempotent rerun.
 
 Each trial runs a client load through the front door over TLS (the lab CA is the only trust
 anchor): at most --requests completions, --concurrency at a time, for at most --cap seconds, and
@@ -15,19 +15,19 @@ stops when the trial is over. Reported per trial: requests sent, failed (any ans
 answer), and the times that matter:
 
 rolling:   playbooks/rolling_restart.yml restarts every replica, one at a time. Must fail 0.
-kill:      kill -9 of the `lab` replica's vLLM worker on its last node. The replica is drained by the
+kill:      kill -9 of the `pp` replica's vLLM worker on its last node (the headless rank). The replica is drained by the
            controller within the detection window, the other replica takes the load, and the
            replica comes back and is undrained by the controller alone.
-link:      the `solo` replica's fabric link goes down for --link-down seconds (ip link set down)
+link:      the `tp` replica's fabric link goes down for --link-down seconds (ip link set down)
            and comes back. Reported: the ping mesh's detection time (from the agent's own record),
            time to drain, failed requests, and time to serving again after the link returns.
-operator:  playbooks/frontdoor_drain.yml drains `solo`; the replica is healthy, and the drain must
+operator:  playbooks/frontdoor_drain.yml drains `tp`; the replica is healthy, and the drain must
            survive several controller undrain windows; then playbooks/frontdoor_undrain.yml.
 monitoring: Prometheus on the front-door host has scraped every job, and the series of the agents,
            the controller, HAProxy and vLLM exist.
 
 The playbooks run as the controller runs them: their job templates (controller/job_templates.yml)
-launched with ansible-runner (benchmarks/_jobs.py), whose status, rc and set_stats are checked:
+launched with ansible-runner (tests/site/_jobs.py), whose status, rc and set_stats are checked:
 the restart's steps name every replica, the drain's front door status holds the operator's record
 and its reason, the undrain's holds no record.
 
@@ -49,13 +49,13 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import _jobs
-from _results import save
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = _jobs.ROOT
 MANIFEST = _jobs.MANIFEST
+# Each run's figures and, for a failed trial, what the units said (ignored by git).
+OUTPUT = ROOT / "tests" / "output" / "site"
 CA = ROOT / ".cache" / "lab-tls" / "ca.crt"
 
 
@@ -75,15 +75,17 @@ class Lab:
         groups = {name: body.get("hosts", []) for name, body in data.items() if isinstance(body, dict)}
         frontends = groups.get("inference_frontends") or []
         if not frontends:
-            sys.exit("operations: the lab has no front door (inference_frontends); run `make lab LAB_HOSTS=10`")
+            sys.exit("operations: the lab has no front door; run `scripts/lab.py up --hosts 10 --serving site`")
         self.front = frontends[0]
         self.front_address = self.hostvars[self.front]["ansible_host"]
         self.replicas = {
             name[len("vllm_replica_") :]: hosts for name, hosts in groups.items() if name.startswith("vllm_replica_")
         }
-        if len(self.replicas) < 2:
-            sys.exit(f"operations: the trials need two replicas behind the front door, found {sorted(self.replicas)}")
-        head = self.hostvars[self.replicas["lab"][0]]
+        if sorted(self.replicas) != ["pp", "tp"]:
+            sys.exit(f"operations: the trials need the site layout's replicas pp and tp, found {sorted(self.replicas)}")
+        # Every replica behind the front door: the vLLM replicas and each llama.cpp coordinator.
+        self.fronted = sorted([*self.replicas, *groups.get("llama_coordinator", [])])
+        head = self.hostvars[self.replicas["pp"][0]]
         self.api_key = head["vllm_api_key"]
         self.model = head["vllm_served_model_name"]
         self.ssh_key = head["ansible_ssh_private_key_file"]
@@ -92,7 +94,7 @@ class Lab:
 
     def _group_var(self, name: str, default):
         path = MANIFEST.parent / "group_vars" / "inference_frontends.yml"
-        import yaml  # noqa: PLC0415 - from the venv
+        import yaml
 
         return (yaml.safe_load(path.read_text()) or {}).get(name, default) if path.exists() else default
 
@@ -121,7 +123,7 @@ class Lab:
             return {"error": str(error)}
 
     def job(self, name: str, **kwargs):
-        """Launch job template name on the lab as the controller does (benchmarks/_jobs.py); the
+        """Launch job template name on the lab as the controller does (tests/site/_jobs.py); the
         finished job, or a TrialError unless it succeeded."""
         log(f"job template {name!r} {kwargs}")
         job = _jobs.launch(name, self.hostvars, **kwargs)
@@ -249,7 +251,7 @@ def wait_for(what: str, predicate, timeout: float, interval: float = 0.5):
 def all_serving(lab: Lab, timeout: float = 600) -> None:
     def check():
         status = lab.status()
-        return all(serving(replica_view(status, name)) for name in lab.replicas)
+        return all(serving(replica_view(status, name)) for name in lab.fronted)
 
     _value, waited = wait_for("every replica serving behind the front door", check, timeout, 2)
     log(f"every replica serving (waited {waited} s)")
@@ -263,8 +265,8 @@ def trial_rolling(lab: Lab, args) -> dict:
     # gpufleet-frontdoor restart prints one JSON line per step, then its summary.
     steps = [json.loads(line) for line in restart.stats.get("frontdoor_restart_steps") or [] if line.startswith("{")]
     summary = next((step for step in steps if step.get("summary")), {})
-    if not summary.get("ok") or sorted(summary.get("restarted") or []) != sorted(lab.replicas):
-        raise TrialError(f"the rolling restart's set_stats do not show {sorted(lab.replicas)} restarted: {summary}")
+    if not summary.get("ok") or sorted(summary.get("restarted") or []) != lab.fronted:
+        raise TrialError(f"the rolling restart's set_stats do not show {lab.fronted} restarted: {summary}")
     result = {
         "trial": "planned rolling restart (job template 'gpufleet rolling restart', playbooks/rolling_restart.yml)",
         "restart_s": restart.wall_s,
@@ -272,14 +274,14 @@ def trial_rolling(lab: Lab, args) -> dict:
     result.update(load.figures())
     history = lab.status()
     result["replicas_restarted"] = {
-        name: (replica_view(history, name).get("restart") or {}).get("last_duration_s") for name in lab.replicas
+        name: (replica_view(history, name).get("restart") or {}).get("last_duration_s") for name in lab.fronted
     }
     result["ok"] = load.failed == 0 and load.sent > 0
     return result
 
 
 def trial_kill(lab: Lab, args) -> dict:
-    node = lab.replicas["lab"][-1]  # the last rank: a headless node of a PP replica
+    node = lab.replicas["pp"][-1]  # the last rank: a headless node of a PP replica
     window = args.detection_window
     with Load(lab, args) as load:
         time.sleep(3)
@@ -287,23 +289,23 @@ def trial_kill(lab: Lab, args) -> dict:
         lab.ssh(node, "pkill", "-KILL", "-f", "VLLM::Worker")
         log(f"kill -9 of the vLLM worker on {node}")
         view, _waited = wait_for(
-            "the lab replica drained",
-            lambda: drained_view(lab, "lab"),
+            "the pp replica drained",
+            lambda: drained_view(lab, "pp"),
             window + 30,
             0.5,
         )
         drained_s = round(time.monotonic() - t0, 1)
         drain_owner = owner(view)
         wait_for(
-            "the lab replica back and undrained by the controller",
-            lambda: serving(replica_view(lab.status(), "lab")),
+            "the pp replica back and undrained by the controller",
+            lambda: serving(replica_view(lab.status(), "pp")),
             args.recovery_timeout,
             2,
         )
         recovered_s = round(time.monotonic() - t0, 1)
         time.sleep(3)
     result = {
-        "trial": f"kill -9 of the lab replica's vLLM worker on its last node ({node})",
+        "trial": f"kill -9 of the pp replica's vLLM worker on its last node ({node})",
         "detection_window_s": window,
         "drained_after_s": drained_s,
         "drain_owner": drain_owner,
@@ -315,7 +317,7 @@ def trial_kill(lab: Lab, args) -> dict:
 
 
 def trial_link(lab: Lab, args) -> dict:
-    node = lab.replicas["solo"][0]
+    node = lab.replicas["tp"][0]
     interface = lab.hostvars[node]["gpufleet_fabric_interface"]
     with Load(lab, args) as load:
         time.sleep(3)
@@ -331,18 +333,18 @@ def trial_link(lab: Lab, args) -> dict:
             if detected is None and ping.get("state") == "failing":
                 detected = round(float(ping.get("since", time.time())) - down_at, 2)
                 log(f"ping mesh: failing after {detected} s ({ping.get('reason')})")
-            if drained_s is None and drained(replica_view(lab.status(), "solo")):
+            if drained_s is None and drained(replica_view(lab.status(), "tp")):
                 drained_s = round(time.monotonic() - t0, 1)
-                log(f"solo drained after {drained_s} s")
+                log(f"tp drained after {drained_s} s")
             time.sleep(0.2)
         lab.ssh(node, "ip", "link", "set", interface, "up")
         up_at = time.monotonic()
         log(f"{node}: {interface} up")
-        wait_for("solo serving again", lambda: serving(replica_view(lab.status(), "solo")), args.recovery_timeout, 1)
+        wait_for("tp serving again", lambda: serving(replica_view(lab.status(), "tp")), args.recovery_timeout, 1)
         recovered_s = round(time.monotonic() - up_at, 1)
         time.sleep(3)
     result = {
-        "trial": f"fabric link of the solo replica ({node} {interface}) down for {args.link_down} s",
+        "trial": f"fabric link of the tp replica ({node} {interface}) down for {args.link_down} s",
         "link_down_s": args.link_down,
         "ping_detection_s": detected,
         "drained_after_s": drained_s,
@@ -357,31 +359,31 @@ def trial_operator(lab: Lab, args) -> dict:
     hold = args.operator_hold
     with Load(lab, args) as load:
         time.sleep(3)
-        drain = lab.job("gpufleet drain a replica", answers={"replica": "solo", "reason": REASON})
+        drain = lab.job("gpufleet drain a replica", answers={"replica": "tp", "reason": REASON})
         for front, view in drain.stats["frontdoor_status"].items():
-            record = replica_view(view, "solo").get("record") or {}
+            record = replica_view(view, "tp").get("record") or {}
             if (record.get("owner"), record.get("reason")) != ("operator", REASON):
-                raise TrialError(f"the drain job's set_stats show {front}'s record of solo as {record}")
+                raise TrialError(f"the drain job's set_stats show {front}'s record of tp as {record}")
         start = time.monotonic()
         undone = None
         while time.monotonic() - start < hold:
-            view = replica_view(lab.status(), "solo")
+            view = replica_view(lab.status(), "tp")
             if not drained(view) or owner(view) != "operator":
                 undone = view
                 break
             time.sleep(1)
-        undrain = lab.job("gpufleet undrain a replica", answers={"replica": "solo"})
+        undrain = lab.job("gpufleet undrain a replica", answers={"replica": "tp"})
         records = {
-            front: replica_view(view, "solo").get("record") for front, view in undrain.stats["frontdoor_status"].items()
+            front: replica_view(view, "tp").get("record") for front, view in undrain.stats["frontdoor_status"].items()
         }
         if any(records.values()):
-            raise TrialError(f"the undrain job's set_stats still show drain records of solo: {records}")
+            raise TrialError(f"the undrain job's set_stats still show drain records of tp: {records}")
         _value, back_s = wait_for(
-            "solo serving after the undrain", lambda: serving(replica_view(lab.status(), "solo")), 120, 1
+            "tp serving after the undrain", lambda: serving(replica_view(lab.status(), "tp")), 120, 1
         )
         time.sleep(3)
     result = {
-        "trial": "an operator's drain of solo held against the controller (job templates 'gpufleet drain a "
+        "trial": "an operator's drain of tp held against the controller (job templates 'gpufleet drain a "
         "replica' and 'gpufleet undrain a replica')",
         "held_s": hold,
         "drain_undone_by_automation": undone is not None,
@@ -483,7 +485,6 @@ def summary_line(result: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["run"])
     parser.add_argument("--trials", nargs="+", choices=list(TRIALS), default=list(TRIALS))
     parser.add_argument("--requests", type=int, default=4000, help="at most this many requests per trial")
     parser.add_argument("--concurrency", type=int, default=2)
@@ -494,10 +495,12 @@ def main() -> int:
     parser.add_argument(
         "--detection-window", type=float, default=30, help="seconds within which a killed replica must be drained"
     )
-    parser.add_argument("--recovery-timeout", type=float, default=420)
+    # A bound against a hang only: a PP=2 replica restarting beside a loaded one on 2 busy cores took
+    # over 7 minutes to serve again (tests/output/site/operations.json reports each run's time).
+    parser.add_argument("--recovery-timeout", type=float, default=900)
     args = parser.parse_args()
     if not MANIFEST.exists():
-        sys.exit("operations: no lab manifest; run `make lab LAB_HOSTS=10` first")
+        sys.exit("operations: no lab manifest; run `scripts/lab.py up --hosts 10 --serving site` first")
     lab = Lab()
     results = []
     for name in args.trials:
@@ -513,7 +516,9 @@ def main() -> int:
             log(f"trial {name} failed; the front door and the units now:\n{json.dumps(result['diagnosis'], indent=1)}")
         log(json.dumps({k: v for k, v in result.items() if k != "diagnosis"}))
         results.append(result)
-    save("operations", {"benchmark": "operations", "frontdoor": lab.front, "replicas": lab.replicas, "trials": results})
+    record = {"frontdoor": lab.front, "replicas": lab.replicas, "trials": results}
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / "operations.json").write_text(json.dumps(record, indent=2) + "\n")
     print("\n".join(summary_line(result) for result in results), flush=True)
     failed = [r["trial"] for r in results if not r.get("ok")]
     if failed:

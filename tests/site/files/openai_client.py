@@ -2,7 +2,7 @@
 
 Runs on a lab host with the vLLM venv's python (it ships the openai package):
     python openai_client.py BASE_URL MODEL PROMPT MAX_TOKENS   (the key comes from OPENAI_API_KEY)
-Prints one JSON object; the molecule verify compares token_ids with HF transformers' greedy output.
+Prints one JSON object; tests/site/verify_vllm.yml compares token_ids with HF transformers' greedy output.
 """
 
 import json
