@@ -6,7 +6,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "gpufleet-wait-tcp"
 
 
-def wait_tcp(*args, timeout=30):
+def wait_tcp(*args, timeout=60):
+    """The program's run; `timeout` only ends a hang (past --timeout, or the default 300 s)."""
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -36,21 +36,18 @@ def closed_port():
 
 
 def test_listening_endpoint_answers_at_once(listener):
-    start = time.monotonic()
-    proc = wait_tcp("--timeout", "10", listener)
+    # At once: the first attempt is made before the deadline is looked at, so even --timeout 0 passes.
+    proc = wait_tcp("--timeout", "0", listener)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"gpufleet-wait-tcp: {listener} answer\n"
-    assert time.monotonic() - start < 5
 
 
 def test_closed_port_fails_naming_the_endpoint():
     endpoint = f"127.0.0.1:{closed_port()}"
-    start = time.monotonic()
-    proc = wait_tcp("--timeout", "1", endpoint)
+    proc = wait_tcp("--timeout", "1", endpoint)  # one that ignored --timeout would run into wait_tcp's
     assert proc.returncode == 1
     assert proc.stderr == f"gpufleet-wait-tcp: no answer after 1s from {endpoint}\n"
     assert proc.stdout == ""
-    assert time.monotonic() - start < 10
 
 
 def test_only_the_silent_endpoints_are_named(listener):

@@ -4,6 +4,7 @@
 and the CLI, controller and planned restart against a fake HAProxy, fake agents, vLLM and ssh."""
 
 import copy
+import io
 import json
 import os
 import shutil
@@ -594,20 +595,23 @@ def test_a_corrupt_record_is_an_error_not_an_empty_one(tmp_path):
 
 def test_the_lock_serialises_read_modify_write(tmp_path):
     store = fd.Store(str(tmp_path))
-    acquired = threading.Event()
+    trying, acquired = threading.Event(), threading.Event()
 
     def other():
+        trying.set()
         with store.locked():
             acquired.set()
 
     with store.locked():
         thread = threading.Thread(target=other)
         thread.start()
+        assert trying.wait(60)
+        # Nothing to wait for when the lock works: a broken one lets the thread through at once.
         assert not acquired.wait(0.3), "a second holder got the lock while the first held it"
         with pytest.raises(fd.StoreError, match="held by another"):
             with store.locked(blocking=False):
                 pass
-    assert acquired.wait(5)
+    assert acquired.wait(60)
     thread.join()
     assert stat.S_IMODE((tmp_path / "lock").stat().st_mode) == 0o600
 
@@ -720,7 +724,8 @@ class Lab:
 
     The fake ssh script sends `test stop|start HOST UNIT` to the fake HAProxy socket, which stops or
     starts that node: a stopped node fails its agent and takes its replica's server down; when every
-    node of a replica has started again, the server comes up and the agents turn healthy.
+    node of a replica has started again, the server comes up and the agents turn healthy after
+    start_delay seconds (None: never, a replica that does not get ready).
     """
 
     def __init__(self, config, socket_path):
@@ -827,7 +832,7 @@ class Lab:
             self.servers[replica["server"]]["op"] = 0
         elif verb == "start":
             self.stopped.discard(node["name"])
-            if not any(n["name"] in self.stopped for n in replica["nodes"]):
+            if self.start_delay is not None and not any(n["name"] in self.stopped for n in replica["nodes"]):
                 self._later(self.start_delay, self._up, replica)
 
     def _up(self, replica):
@@ -867,6 +872,8 @@ start = time.time()
 verb, unit, host = sys.argv[-2], sys.argv[-1], sys.argv[-3].split("@", 1)[1]
 if verb == "stop":
     time.sleep(0.2)  # a unit takes its time to stop: the others must wait for rank 0's
+if verb in os.environ.get("FAKE_SSH_HANG", "").split(","):
+    time.sleep(600)  # a start job that never ends: the program's deadline must cut it off
 rc = 0
 if verb in os.environ.get("FAKE_SSH_FAIL", "").split(","):
     sys.stderr.write("ssh: connect to host %s port 22: Connection refused\\n" % host)
@@ -893,11 +900,13 @@ def lab(tmp_path):
     ssh = tmp_path / "fake-ssh"
     ssh.write_text(f"#!{sys.executable}\n{FAKE_SSH}")
     ssh.chmod(0o755)
-    config["controller"] = {"interval": 0.1, "agent_timeout": 1.0, "unreachable_fall": 2, "undrain_rise_s": 0.5}
+    # Timeouts only end a hang, so a slow machine never reaches them; a test that needs one to
+    # run out sets it short and makes what it waits for never come.
+    config["controller"] = {"interval": 0.1, "agent_timeout": 30, "unreachable_fall": 2, "undrain_rise_s": 0.5}
     config["restart"] = {
-        "drain_timeout": 5,
-        "stop_timeout": 5,
-        "ready_timeout": 10,
+        "drain_timeout": 60,
+        "stop_timeout": 60,
+        "ready_timeout": 60,
         "poll_interval": 0.05,
         "ssh_binary": str(ssh),
         "ssh_key": "/k/restart_ed25519",
@@ -913,10 +922,11 @@ def lab(tmp_path):
     shutil.rmtree(short, ignore_errors=True)
 
 
-def cli(lab, *args, fail_ssh="", timeout=60):
+def cli(lab, *args, fail_ssh="", hang_ssh="", timeout=120):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(MODULE_UTILS), *prometheus_path()])
     env.update(FAKE_SSH_LOG=str(lab.ssh_log), FAKE_HAPROXY_SOCKET=lab.config["haproxy_socket"], FAKE_SSH_FAIL=fail_ssh)
+    env["FAKE_SSH_HANG"] = hang_ssh
     config = write_config(lab.tmp, lab.config)
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--config", config, *args],
@@ -956,13 +966,42 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def wait_for(predicate, timeout=20):
+def wait_for(predicate, timeout=60):
+    """Whether predicate() came true; the bound only ends a hang, a slow machine never reaches it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
         time.sleep(0.05)
     return False
+
+
+def watchdog(proc, seconds=120):
+    """Kill proc after `seconds` (cancel() the timer when done): a test reading its output lines
+    then ends on a hang instead of waiting for ever."""
+    timer = threading.Timer(seconds, proc.kill)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def test_a_server_read_as_up_goes_with_the_check_that_raised_it(lab):
+    """The two reads of HAProxy are two moments: a server whose check passes between them is read
+    as not up yet, never as up with the failed check of before (a restart's "ready" said L7STS)."""
+    lab.servers["a"]["op"] = 0
+    answer = lab.answer
+
+    def answer_then_come_up(line):
+        text = answer(line)
+        lab.servers["a"]["op"] = 2  # HAProxy's check passes just after this answer
+        return text
+
+    lab.answer = answer_then_come_up
+    haproxy = fd.HAProxy(lab.config["haproxy_socket"], "inference")
+    view = haproxy.servers()["a"]
+    assert not view["up"] or view["check_status"] == "L7OK", view
+    view = haproxy.servers()["a"]
+    assert (view["up"], view["check_status"]) == (True, "L7OK")
 
 
 # CLI: status, drain, undrain ---------------------------------------------------------------
@@ -1078,7 +1117,7 @@ def test_controller_acts_on_nothing_while_the_record_is_unreadable(lab):
 
 
 def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
         return response.read().decode()
 
 
@@ -1094,6 +1133,7 @@ def test_controller_drains_caps_undrains_exports_metrics_and_stops_on_sigterm(la
         text=True,
         env=env,
     )
+    timer = watchdog(proc)
     try:
         first = json.loads(proc.stdout.readline())
         port = first["port"]
@@ -1128,14 +1168,17 @@ def test_controller_drains_caps_undrains_exports_metrics_and_stops_on_sigterm(la
         # The counter moves after the record, and the blocked gauge clears on the next poll.
         assert wait_for(lambda: 'gpufleet_frontdoor_actions_total{action="undrain",replica="a"} 1.0' in scrape(port))
         assert wait_for(lambda: "gpufleet_frontdoor_drain_blocked{" not in scrape(port))
-        # An operator's drain made by hand (socat) is never undone.
+        # An operator's drain made by hand (socat) is never undone. The metrics are updated at the
+        # end of a poll: once they show the drain, a poll that saw it has applied its actions.
         lab.answer("set server inference/b state drain")
-        time.sleep(1.0)
+        assert wait_for(
+            lambda: 'gpufleet_frontdoor_replica_drained{owner="unrecorded",replica="b"} 1.0' in scrape(port)
+        )
         assert lab.servers["b"]["admin"] == 8
-        assert 'gpufleet_frontdoor_replica_drained{owner="unrecorded",replica="b"} 1.0' in scrape(port)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=60)
     finally:
+        timer.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
@@ -1143,7 +1186,35 @@ def test_controller_drains_caps_undrains_exports_metrics_and_stops_on_sigterm(la
     logged = [json.loads(line) for line in out.splitlines() if line.strip()]
     actions = [(entry.get("replica"), entry.get("action")) for entry in logged if entry.get("action")]
     assert actions == [("a", "drain"), ("b", "blocked"), ("b", "unblocked"), ("a", "undrain")]
-    assert any("signal 15" in entry["msg"] for entry in logged)
+    # The stop line, then the command's result: nothing is done or logged after the stop.
+    assert logged[-1] == {"stopped": True}
+    assert logged[-2]["msg"] == "stopping on signal 15"
+
+
+def test_a_controller_poll_under_way_when_the_stop_comes_acts_on_nothing(lab):
+    """SIGTERM lands while a poll reads the agents and HAProxy: that poll drains and logs nothing."""
+    lab.agents["a-head"] = False
+    fleet = fd.Fleet(fd.load_config(write_config(lab.tmp, lab.config)))
+    stream = io.StringIO()
+    controller = fd.Controller(fleet, stream=stream)
+    view = fleet.view
+
+    def view_then_stop():
+        seen = view()
+        controller.stopping.set()  # what the signal handler does
+        return seen
+
+    fleet.view = view_then_stop
+    try:
+        assert controller.poll()["actions"] == []
+        assert (stream.getvalue(), lab.set_commands(), read_state(lab, "drains.json")) == ("", [], {})
+        # The same poll without the stop drains the failing replica.
+        controller.stopping.clear()
+        fleet.view = view
+        assert [action["action"] for action in controller.poll()["applied"]] == ["drain"]
+    finally:
+        fleet.close()
+    assert lab.set_commands() == ["set server inference/a state drain"]
 
 
 # Planned restart ---------------------------------------------------------------------------
@@ -1224,17 +1295,32 @@ def test_a_failed_start_hands_the_drain_to_the_controller_and_stops_the_roll(lab
 
 
 def test_a_replica_not_ready_in_time_fails_at_ready(lab):
-    lab.config["restart"]["ready_timeout"] = 0.5
-    lab.start_delay = 30
+    lab.config["restart"]["ready_timeout"] = 1
+    lab.start_delay = None  # never ready: the timeout runs out however fast the machine is
     proc, lines = cli(lab, "restart", "a")
     assert proc.returncode == 1
     assert lines[-1]["failed"]["step"] == "ready"
-    assert "not ready within ready_timeout" in lines[-1]["failed"]["error"]
+    assert lines[-1]["failed"]["error"].startswith("not ready within ready_timeout: ")
+    assert steps_of(lines, "a")[:4] == ["check", "drain", "drained", "stopped"]
+    assert read_state(lab, "drains.json")["a"]["owner"] == "auto"
+    assert read_state(lab, "restarts.json")["a"]["last_error"].startswith("ready: not ready within ready_timeout")
+
+
+def test_a_start_job_still_running_at_ready_timeout_fails_at_ready_not_start(lab):
+    """ready_timeout counts from the start commands (a start job may wait for the replica's peers):
+    a start that has not answered when it runs out is a replica not ready in time, not a failed start."""
+    lab.config["restart"]["ready_timeout"] = 1
+    proc, lines = cli(lab, "restart", "a", hang_ssh="start")
+    assert proc.returncode == 1
+    failed = lines[-1]["failed"]
+    assert failed["step"] == "ready", failed
+    assert failed["error"].startswith("not ready within ready_timeout: start gpufleet-vllm"), failed
+    assert steps_of(lines, "a") == ["check", "drain", "drained", "stopped", "failed"]
     assert read_state(lab, "drains.json")["a"]["owner"] == "auto"
 
 
 def test_a_restart_stopped_by_sigterm_hands_the_drain_to_the_controller(lab):
-    lab.start_delay = 30
+    lab.start_delay = None  # still waiting for ready when the signal comes
     env = dict(os.environ, PYTHONPATH=str(MODULE_UTILS), FAKE_SSH_LOG=str(lab.ssh_log))
     env["FAKE_HAPROXY_SOCKET"] = lab.config["haproxy_socket"]
     config = write_config(lab.tmp, lab.config)
@@ -1245,13 +1331,15 @@ def test_a_restart_stopped_by_sigterm_hands_the_drain_to_the_controller(lab):
         text=True,
         env=env,
     )
+    timer = watchdog(proc)
     try:
         for line in proc.stdout:
             if json.loads(line)["step"] == "started":
                 break
         proc.send_signal(signal.SIGTERM)
-        out, _err = proc.communicate(timeout=10)
+        out, _err = proc.communicate(timeout=60)
     finally:
+        timer.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.communicate()

@@ -3,6 +3,8 @@
 """Unit tests for roles/vllm/files/gpufleet-vllm-guard: its decision table, a simulated replica, and the daemon."""
 
 import copy
+import functools
+import io
 import json
 import re
 import signal
@@ -653,7 +655,10 @@ class FakeSystemctl:
             "ActiveEnterTimestampMonotonic": int(time.monotonic() * 1000000) - 5000000,
         }
         unit = {"properties": properties, "old_systemd": old_systemd, "kill_rc": kill_rc}
-        (self.dir / "unit.json").write_text(json.dumps(unit))
+        # By a rename: a guard's systemctl reading a half-written file would fail for the test's sake.
+        partial = self.dir / "unit.json.partial"
+        partial.write_text(json.dumps(unit))
+        partial.replace(self.dir / "unit.json")
 
     def calls(self):
         log = self.dir / "calls.log"
@@ -697,8 +702,12 @@ def systemctl(tmp_path):
 
 
 @pytest.fixture
-def leader_peer():
+def leader_peer(monkeypatch):
+    """The leader's guard; one in this process is given the time a busy machine needs to answer."""
     fake = FakePeer(peer(0, "lead1"))
+    # The guard asks its peers with a 1 s timeout (PEER_TIMEOUT): here the peer is a thread of the
+    # test's own process, which shares the CPU with the guard's poll.
+    monkeypatch.setattr(guard, "fetch_peer", functools.partial(guard.fetch_peer, timeout=30))
     yield fake
     fake.close()
 
@@ -867,7 +876,8 @@ def test_an_unreachable_peer_is_unknown():
     assert "refused" in why.lower()
 
 
-def wait_for(predicate, timeout=20):
+def wait_for(predicate, timeout=60):
+    """Whether predicate() came true; the bound only ends a hang, a slow machine never reaches it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -889,11 +899,12 @@ def test_daemon_restarts_once_when_the_leader_restarts_and_stops_cleanly_on_sigt
         assert wait_for(lambda: get_or_none(f"http://127.0.0.1:{port}/state").get("joined") == "lead1")
         leader_peer.state = peer(0, "lead2")
         assert wait_for(lambda: any(call.startswith("kill") for call in systemctl.calls()))
-        time.sleep(1)  # a slow stop: the unit stays in its old run for several polls
+        # A slow stop: the unit stays in its old run for three more polls, which must not kill again.
+        assert wait_for(lambda: polls_since_kill(systemctl) >= 3)
         systemctl.set("def", "active")
         assert wait_for(lambda: get_or_none(f"http://127.0.0.1:{port}/state").get("joined") == "lead2")
         proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=20)
+        stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -910,11 +921,48 @@ def test_daemon_restarts_once_when_the_leader_restarts_and_stops_cleanly_on_sigt
     assert lines[-1] == prefix + f"stopping on signal {signal.SIGTERM.value}"
 
 
+def polls_since_kill(systemctl):
+    calls = systemctl.calls()
+    kill = next(index for index, call in enumerate(calls) if call.startswith("kill"))
+    return len([call for call in calls[kill:] if call.startswith("show")])
+
+
 def get_or_none(url):
     try:
         return get(url)[1]
     except (OSError, ValueError):
         return {}
+
+
+def test_a_poll_under_way_when_the_stop_comes_acts_on_nothing(tmp_path, systemctl, leader_peer):
+    """SIGTERM lands while a poll reads its peers: that poll must not kill, log or publish."""
+    config = guard.load_config(write_config(tmp_path, peers=[(0, leader_peer.port)]))
+    stream = io.StringIO()
+    node = guard.Guard(config, str(systemctl.path), stream=stream)
+    node.poll()
+    before = (stream.getvalue(), node.published(), node.memory)
+    leader_peer.state = peer(0, "lead2")
+    observe = node.observe
+
+    def observe_then_stop():
+        seen = observe()
+        node.stopping.set()  # what the signal handler does
+        return seen
+
+    node.observe = observe_then_stop
+    decision = node.poll()
+    assert (decision["action"], decision["reason"]) == ("none", "stopping")
+    assert decision["peers"][0]["invocation"] == "lead2", "the poll did see the leader's new run"
+    assert (stream.getvalue(), node.published(), node.memory) == before
+    assert not [call for call in systemctl.calls() if call.startswith("kill")]
+    # The same poll without the stop restarts the unit.
+    node.stopping.clear()
+    node.observe = observe
+    assert node.poll()["action"] == "restart"
+    node.close()
+    assert [call for call in systemctl.calls() if call.startswith("kill")] == [
+        "kill --signal=SIGKILL gpufleet-vllm-r0.service"
+    ]
 
 
 def test_a_failed_kill_is_retried_not_forgotten(tmp_path, systemctl, leader_peer):
