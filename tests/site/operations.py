@@ -168,7 +168,11 @@ class Load:
 
     Each client pauses `pause` seconds between its requests: the lab's replicas share two cores
     with the client, HAProxy and each other, and a saturating load would only measure how slowly
-    a restarting replica starts on a starved CPU.
+    a restarting replica starts on a starved CPU. A vLLM CPU worker busy-polls for a second after
+    each request it reads, so requests less than a second apart at a replica keep its workers
+    spinning: with 0.5 s the serving TP=2 replica's two workers took 40 % of a core each while
+    the killed PP=2 replica restarted beside them (481 s to serve again at a load average of 15);
+    the default of 2 s leaves each replica gaps of several seconds.
     """
 
     def __init__(self, lab: Lab, args) -> None:
@@ -488,7 +492,7 @@ def main() -> int:
     parser.add_argument("--trials", nargs="+", choices=list(TRIALS), default=list(TRIALS))
     parser.add_argument("--requests", type=int, default=4000, help="at most this many requests per trial")
     parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds each client waits between its requests")
+    parser.add_argument("--pause", type=float, default=2.0, help="seconds each client waits between its requests")
     parser.add_argument("--cap", type=float, default=480, help="seconds a trial's load runs at most")
     parser.add_argument("--link-down", type=float, default=20)
     parser.add_argument("--operator-hold", type=float, default=30, help="seconds the operator's drain must hold")
