@@ -272,3 +272,18 @@ def test_the_lab_runs_beside_the_molecule_lanes_as_one_step_in_a_lane_of_its_own
     monkeypatch.setenv("GPUFLEET_LAB_BESIDE", "0")
     assert run_tests.beside_molecule(every) == ["pytest", "docs-site"]
     assert run_tests.beside_molecule(["lab"]) == []
+
+
+def test_a_run_with_the_lab_stage_removes_a_running_lab_before_the_first_stage(monkeypatch, tmp_path):
+    """`make demo` leaves its lab up; its replicas' probes would take CPU from every stage before the lab's."""
+    calls = []
+    monkeypatch.setattr(run_tests.subprocess, "run", lambda argv, **kw: calls.append(("run", argv[1:])))
+    monkeypatch.setattr(run_tests, "run_selected", lambda selected: calls.append(("stages", selected)) or [])
+    monkeypatch.setattr(run_tests, "record_run", lambda *a: tmp_path / "record.json")
+    run_tests.main(["units", "lab"])
+    assert calls[0] == ("run", [str(run_tests.REPO / "scripts" / "lab.py"), "down"])
+    assert calls[1] == ("stages", ["units", "lab"])
+    calls.clear()
+    run_tests.main(["units"])
+    run_tests.main(["--no-record", "lab"])
+    assert [kind for kind, _ in calls] == ["stages", "stages"]
