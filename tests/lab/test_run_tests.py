@@ -286,4 +286,4 @@ def test_a_run_with_the_lab_stage_removes_a_running_lab_before_the_first_stage(m
     calls.clear()
     run_tests.main(["units"])
     run_tests.main(["--no-record", "lab"])
-    assert [kind for kind, _ in calls] == ["stages", "stages"]
+    assert [call[0] for call in calls] == ["stages", "stages"]
