@@ -549,9 +549,9 @@ def developer_scenario_rows(molecule_ok: bool) -> list[tuple[str, str, float, st
 
 
 def remove_lab() -> None:
-    """Remove a lab left by `make demo` or an earlier run before the first stage: the lab stage
-    would remove it before deploying its own, and until then its idle replicas' probes take CPU
-    from the stages before it."""
+    """Remove a lab left by `make demo` or an earlier run before the first stage, when the lab
+    stage is not that stage: the lab stage removes it before deploying its own, but until then its
+    idle replicas' probes take CPU from the stages before it."""
     print(f"\n----- {' '.join(lab('down'))} (the lab stage starts from fresh hosts)", flush=True)
     subprocess.run(lab("down"), cwd=REPO, env=env(), check=False)
 
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = args.stages or [name for name in STAGES if name not in OPTIONAL]
     caches = cache_state()
     start = time.monotonic()
-    if "lab" in selected and not args.no_record:
+    if "lab" in selected[1:]:
         remove_lab()
     results = run_selected(selected)
     seconds = time.monotonic() - start
