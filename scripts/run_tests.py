@@ -210,19 +210,18 @@ SCENARIO_SECONDS = {
 DEFAULT_SECONDS = 300
 # A developer scenario's syntax check (no hosts).
 SYNTAX_SECONDS = 10
-# Stages that run beside the molecule lanes when both are selected, as steps of the lane that
-# ends first: they use neither molecule's hosts nor the lab's, and the vllm lane ends minutes
-# before the other, so they take its tail instead of minutes of their own (docs/testing.md, Time
-# budget). Their rows in the summary stay their own. Seconds by step label, as SCENARIO_SECONDS.
-BESIDE_MOLECULE = ("pytest", "docs-site", "lab")
+# Stages that run beside the molecule scenarios when both are selected, as steps of their lanes:
+# they use neither molecule's hosts nor the lab's (docs/testing.md, Time budget). Their rows in
+# the summary stay their own. Seconds by step label, as SCENARIO_SECONDS.
+BESIDE_MOLECULE = ("pytest", "docs-site")
 BESIDE_SECONDS = {"pytest": 80, "test_docs_site": 60}
-# Steps that take a lane of their own beside the others.
-OWN_LANE = ("run_tests lab",)
-# The lab stage runs beside the molecule lanes as one step, its own steps in turn (a nested
-# run_tests.py): its hosts and subnets are not molecule's, and both spend much of their time
-# waiting (engines starting, apt, the trials' holds), so together they take less than in turn.
-# GPUFLEET_LAB_BESIDE=0 runs the lab after molecule instead.
+# The lab stage, the longest by far, starts with the first stage in a lane of its own (a nested
+# `run_tests.py --no-record lab`, its steps in turn) when molecule runs in lanes too: its hosts
+# and subnets are nobody else's, and it spends part of its time waiting (engines starting, the
+# trials' holds), which the static stages and the molecule lane fill. That lane is one of
+# GPUFLEET_MOLECULE_LANES. GPUFLEET_LAB_BESIDE=0 runs the lab last, alone, instead.
 LAB_BESIDE_ENV = "GPUFLEET_LAB_BESIDE"
+LAB_STEP = [sys.executable, str(Path(__file__).resolve()), "--no-record", "lab"]
 LANES_ENV = "GPUFLEET_MOLECULE_LANES"
 LOG_DIR = REPO / "tests" / "output" / "molecule"
 
@@ -246,17 +245,13 @@ def step_label(argv: list[str]) -> str:
 def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
     """Split the molecule steps into at most `lanes` lanes run side by side; 1 runs them in turn.
 
-    The lab stage (OWN_LANE) takes a lane of its own. The syntax checks come first, so that a broken
-    scenario fails in seconds; then longest first (SCENARIO_SECONDS), each onto the lane with the
-    least expected time so far: the longest scenario starts at once, and the short ones fill the
-    lane that would end first."""
+    The syntax checks come first, so that a broken scenario fails in seconds; then longest first
+    (SCENARIO_SECONDS), each onto the lane with the least expected time so far: the longest
+    scenario starts at once, and the short ones fill the lane that would end first."""
     if lanes < 1:
         raise ValueError(f"{LANES_ENV}={lanes}: use 1 (one scenario at a time) or more")
     if lanes == 1:
         return [steps]
-    alone = [step for step in steps if step_label(step) in OWN_LANE][: lanes - 1]
-    steps = [step for step in steps if step not in alone]
-    lanes -= len(alone)
     shared: list[list[list[str]]] = [[] for _lane in range(lanes)]
     load = [0] * lanes
     order = sorted(steps, key=lambda s: (not step_label(s).endswith(" syntax"), -expected_seconds(s), step_label(s)))
@@ -264,7 +259,7 @@ def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
         emptiest = load.index(min(load))
         shared[emptiest].append(step)
         load[emptiest] += expected_seconds(step)
-    return [[step] for step in alone] + [lane for lane in shared if lane]
+    return [lane for lane in shared if lane]
 
 
 def expected_seconds(step: list[str]) -> int:
@@ -362,29 +357,22 @@ def pytest_counts(text: str) -> list[str]:
     ]
 
 
-def beside_steps(stage: str) -> list[list[str]]:
-    """A stage's steps in the molecule lanes: its own, or the lab as one step whose steps run in turn."""
-    if stage == "lab":
-        return [[sys.executable, str(Path(__file__).resolve()), "--no-record", "lab"]]
-    return STAGES[stage]
-
-
-def run_molecule_with(beside: list[str]) -> list[tuple[str, str, float, str]]:
-    """The molecule stage with the stages in beside as steps of its lanes; a summary row for each:
-    (stage, PASSED/FAILED/NOT RUN, seconds, detail)."""
-    steps_of = {step_label(step): stage for stage in beside for step in beside_steps(stage)}
+def run_molecule_with(beside: list[str], lanes: int) -> list[tuple[str, str, float, str]]:
+    """The molecule stage with the stages in beside as steps of its lanes (at most lanes of them);
+    a summary row for each: (stage, PASSED/FAILED/NOT RUN, seconds, detail)."""
+    steps_of = {step_label(step): stage for stage in beside for step in STAGES[stage]}
+    steps = STAGES["molecule"] + [s for b in beside for s in STAGES[b]]
+    if lanes == 1:
+        # In turn, the syntax checks first, so that a broken scenario fails in seconds.
+        steps = sorted(steps, key=lambda s: not step_label(s).endswith(" syntax"))
     t0 = time.monotonic()
-    ok, detail, ran = run_lanes(
-        "molecule",
-        molecule_lanes(STAGES["molecule"] + [s for b in beside for s in beside_steps(b)], lane_count()),
-        steps_of,
-    )
+    ok, detail, ran = run_lanes("molecule", molecule_lanes(steps, lanes), steps_of)
     missing = [step_label(step) for step in STAGES["molecule"] if step_label(step) not in ran]
     if ok and missing:
         ok, detail = False, f"not run after a failure beside them: {', '.join(missing)}; {detail}"
     rows = [("molecule", "PASSED" if ok else "FAILED", time.monotonic() - t0, detail)]
     for stage in beside:
-        labels = [step_label(step) for step in beside_steps(stage)]
+        labels = [step_label(step) for step in STAGES[stage]]
         if not all(label in ran for label in labels):
             rows.append((stage, "NOT RUN", 0.0, "an earlier step of the molecule lanes failed"))
             continue
@@ -530,12 +518,48 @@ def print_summary(results: list[tuple[str, str, float, str]], seconds: float) ->
 
 
 def beside_molecule(selected: list[str]) -> list[str]:
-    """The selected stages that run inside the molecule lanes: with molecule in two lanes or more,
-    BESIDE_MOLECULE (the lab only while GPUFLEET_LAB_BESIDE is not 0)."""
+    """The selected stages that run inside the molecule lanes: BESIDE_MOLECULE, with molecule in
+    two lanes or more."""
     if "molecule" not in selected or lane_count() < 2:
         return []
-    beside = [name for name in BESIDE_MOLECULE if name in selected]
-    return [name for name in beside if name != "lab" or os.environ.get(LAB_BESIDE_ENV, "1") != "0"]
+    return [name for name in BESIDE_MOLECULE if name in selected]
+
+
+def lab_ahead(selected: list[str]) -> bool:
+    """Whether the lab stage starts with the first stage, in a lane of its own (LAB_STEP)."""
+    return (
+        "lab" in selected
+        and "molecule" in selected
+        and lane_count() >= 2
+        and os.environ.get(LAB_BESIDE_ENV, "1") != "0"
+    )
+
+
+class LabLane:
+    """The lab stage as a nested run in a lane of its own, from the first stage to the last: its
+    output goes to its log file and is printed whole when it ends, as a molecule lane's step is."""
+
+    def __init__(self) -> None:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.log = LOG_DIR / f"{step_label(LAB_STEP)}.log"
+        print(f"\n----- lab: {' '.join(LAB_STEP)} started in a lane of its own (log: {self.log})", flush=True)
+        self.started = time.monotonic()
+        self.out = self.log.open("w")
+        self.proc = subprocess.Popen(LAB_STEP, cwd=REPO, env=env(), stdout=self.out, stderr=subprocess.STDOUT)
+
+    def finish(self) -> tuple[str, str, float, str]:
+        """Wait for the lab to end; its summary row."""
+        code = self.proc.wait()
+        seconds = time.monotonic() - self.started
+        self.out.close()
+        text = self.log.read_text(errors="replace")
+        print(f"\n----- lab: {' '.join(LAB_STEP)}", flush=True)
+        sys.stdout.write(text)
+        print(f"----- lab: {step_label(LAB_STEP)} {seconds:.0f}s (exit {code})", flush=True)
+        detail = "; ".join(pytest_counts(text)) + " (a lane of its own from the first stage)"
+        if code:
+            return "lab", "FAILED", seconds, f"exit {code}: {' '.join(LAB_STEP)}; {detail}"
+        return "lab", "PASSED", seconds, detail
 
 
 def developer_scenario_rows(molecule_ok: bool) -> list[tuple[str, str, float, str]]:
@@ -560,6 +584,9 @@ def run_selected(selected: list[str]) -> list[tuple[str, str, float, str]]:
     """Run the selected stages in STAGES order; a summary row for each (and the skipped ones)."""
     results = [(name, "SKIPPED", 0.0, reason) for name, reason in OPTIONAL.items() if name not in selected]
     beside = beside_molecule(selected)
+    # The lab runs from now on beside everything else, holding one of the lanes.
+    lab_lane = LabLane() if lab_ahead(selected) else None
+    lanes = lane_count() - (1 if lab_lane else 0)
     # With lanes, the STATIC_LANES stages run side by side where the first of them would run.
     static = static_lanes(selected) if lane_count() > 1 else []
     static = static if len(static) > 1 else []
@@ -574,13 +601,15 @@ def run_selected(selected: list[str]) -> list[tuple[str, str, float, str]]:
                 results += rows
                 failed = failed or any(row[1] != "PASSED" for row in rows)
             continue
+        if name == "lab" and lab_lane:
+            continue
         if failed:
             results.append((name, "NOT RUN", 0.0, "an earlier stage failed"))
             continue
         if name in beside:
             continue
-        if name == "molecule" and beside:
-            rows = run_molecule_with(beside)
+        if name == "molecule" and (beside or lanes < lane_count()):
+            rows = run_molecule_with(beside, lanes)
         else:
             t0 = time.monotonic()
             ok, detail = run_stage(name)
@@ -589,6 +618,9 @@ def run_selected(selected: list[str]) -> list[tuple[str, str, float, str]]:
         failed = any(row[1] != "PASSED" for row in rows)
         if name == "molecule":
             results += developer_scenario_rows(rows[0][1] == "PASSED")
+    if lab_lane:
+        # Whatever failed beside it, the lab ends its own run (and removes its hosts).
+        results.append(lab_lane.finish())
     return results
 
 
@@ -608,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = args.stages or [name for name in STAGES if name not in OPTIONAL]
     caches = cache_state()
     start = time.monotonic()
-    if "lab" in selected[1:]:
+    if "lab" in selected[1:] and not lab_ahead(selected):
         remove_lab()
     results = run_selected(selected)
     seconds = time.monotonic() - start

@@ -126,7 +126,7 @@ def stub_stages(monkeypatch, tmp_path, side_exit=0):
 
 def test_a_stage_beside_the_lanes_keeps_its_own_row_and_counts(monkeypatch, tmp_path):
     stub_stages(monkeypatch, tmp_path)
-    rows = {row[0]: row for row in run_tests.run_molecule_with(["pytest"])}
+    rows = {row[0]: row for row in run_tests.run_molecule_with(["pytest"], 2)}
     assert rows["molecule"][1] == "PASSED"
     # Its time is its own row's; the lanes say where it ran.
     times, lanes = rows["molecule"][3].split(" (lanes: ")
@@ -140,7 +140,7 @@ def test_a_failure_beside_the_lanes_fails_its_stage_and_stops_the_scenarios_not_
     monkeypatch.setattr(run_tests, "SCENARIO_SECONDS", {"scen_a": 30, "scen_b": 5})
     monkeypatch.setattr(run_tests, "BESIDE_SECONDS", {"side_tests": 20})
     # Lanes: [scen_a] and [side_tests, scen_b]: scen_b never starts after side_tests fails.
-    rows = {row[0]: row for row in run_tests.run_molecule_with(["pytest"])}
+    rows = {row[0]: row for row in run_tests.run_molecule_with(["pytest"], 2)}
     assert rows["pytest"][1] == "FAILED" and rows["pytest"][3].startswith("exit 1: side_tests")
     assert rows["molecule"][1] == "FAILED"
     assert "not run after a failure beside them: scen_b" in rows["molecule"][3]
@@ -254,24 +254,81 @@ def test_a_run_writes_its_stage_table_with_the_cache_state(monkeypatch, tmp_path
     assert table["wall_s"] >= 0 and table["commit"]
 
 
-def test_the_lab_runs_beside_the_molecule_lanes_as_one_step_in_a_lane_of_its_own(monkeypatch):
+def test_the_lab_starts_with_the_first_stage_in_a_lane_of_its_own(monkeypatch):
     monkeypatch.delenv("GPUFLEET_LAB_BESIDE", raising=False)
     monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
     every = list(run_tests.STAGES)
-    assert run_tests.beside_molecule(every) == ["pytest", "docs-site", "lab"]
-    (lab,) = run_tests.beside_steps("lab")
-    assert run_tests.step_label(lab) == "run_tests lab" and "--no-record" in lab
-    steps = run_tests.STAGES["molecule"] + [
-        s for b in run_tests.beside_molecule(every) for s in run_tests.beside_steps(b)
-    ]
-    lab_lane, other = labels(run_tests.molecule_lanes(steps, 2))
-    assert lab_lane == ["run_tests lab"]
-    # The syntax checks first, then longest first.
-    syntax = [label for label in other if label.endswith(" syntax")]
-    assert other[: len(syntax)] == syntax and len(syntax) == len(run_tests.SCENARIOS) - len(run_tests.MOLECULE_IN_TEST)
-    monkeypatch.setenv("GPUFLEET_LAB_BESIDE", "0")
     assert run_tests.beside_molecule(every) == ["pytest", "docs-site"]
-    assert run_tests.beside_molecule(["lab"]) == []
+    assert run_tests.lab_ahead(every)
+    assert run_tests.step_label(run_tests.LAB_STEP) == "run_tests lab" and "--no-record" in run_tests.LAB_STEP
+    # Alone, after molecule, or with one lane, it runs where it comes, as any stage.
+    assert not run_tests.lab_ahead(["lab"])
+    assert not run_tests.lab_ahead(["units", "lab"])
+    monkeypatch.setenv("GPUFLEET_LAB_BESIDE", "0")
+    assert not run_tests.lab_ahead(every)
+    monkeypatch.setenv("GPUFLEET_LAB_BESIDE", "1")
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "1")
+    assert not run_tests.lab_ahead(every)
+
+
+def stub_lab_run(monkeypatch, tmp_path, lab_body, stages):
+    """Stub stages (name -> body), a stub molecule scenario and a stub lab step that first marks
+    that it started (the scenario waits for that mark)."""
+    stub_static(monkeypatch, tmp_path, stages)
+    lab = tmp_path / "lab.py"
+    lab.write_text(f"import pathlib; pathlib.Path({str(tmp_path / 'lab-started')!r}).write_text('x')\n{lab_body}\n")
+    monkeypatch.setattr(run_tests, "LAB_STEP", [run_tests.sys.executable, str(lab)])
+    run_tests.STAGES["lab"] = [["false"]]
+    run_tests.STAGES["molecule"] = [[run_tests.sys.executable, str(tmp_path / "scen.py")]]
+    # The scenario runs only beside a running lab: it waits for the lab's mark, then says go.
+    (tmp_path / "scen.py").write_text(
+        "import pathlib, sys, time\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not (here / 'lab-started').exists() and time.monotonic() < deadline: time.sleep(0.05)\n"
+        "(here / 'go').write_text('x')\n"
+        "sys.exit(0 if (here / 'lab-started').exists() else 'no lab ran beside the scenario')\n"
+    )
+    monkeypatch.setattr(run_tests, "LOG_DIR", tmp_path / "logs")
+    monkeypatch.delenv("GPUFLEET_LAB_BESIDE", raising=False)
+
+
+WAIT_FOR_GO = (
+    "import pathlib, sys, time\n"
+    "go = pathlib.Path(__file__).parent / 'go'\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not go.exists() and time.monotonic() < deadline: time.sleep(0.05)\n"
+    "print('=== 1 passed in 0.1s ===')\n"
+    "sys.exit(0 if go.exists() else 'the molecule step never ran beside the lab')"
+)
+
+
+def test_the_lab_runs_beside_the_static_stages_and_molecule_and_keeps_its_row(monkeypatch, tmp_path, capsys):
+    # The lab and molecule's scenario each wait for the other: in turn, one would wait in vain.
+    stub_lab_run(monkeypatch, tmp_path, WAIT_FOR_GO, {"slow": "pass", "quick": "pass", "after": "pass"})
+    assert run_tests.main(["slow", "quick", "molecule", "lab"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("----- lab:") < out.index("===== slow: started")
+    summary = out[out.index(" stage summary ") :]
+    assert "PASSED   lab" in summary and "1 passed in 0.1s (a lane of its own from the first stage)" in summary
+    assert summary.index("PASSED   molecule") < summary.index("PASSED   lab")
+
+
+def test_a_failed_stage_beside_the_lab_leaves_the_lab_to_finish_and_report(monkeypatch, tmp_path, capsys):
+    stub_lab_run(monkeypatch, tmp_path, "print('lab ran to its end')", {"slow": "pass", "quick": "raise SystemExit(2)"})
+    assert run_tests.main(["slow", "quick", "molecule", "lab"]) == 1
+    out = capsys.readouterr().out
+    summary = out[out.index(" stage summary ") :]
+    assert "FAILED   quick" in summary and "NOT RUN  molecule" in summary
+    assert "PASSED   lab" in summary and "lab ran to its end" in out
+    assert "NOT RUN  lab" not in summary
+
+
+def test_a_failed_lab_fails_its_row(monkeypatch, tmp_path, capsys):
+    stub_lab_run(monkeypatch, tmp_path, "raise SystemExit(4)", {"slow": "pass", "quick": "pass"})
+    assert run_tests.main(["slow", "quick", "molecule", "lab"]) == 1
+    summary = capsys.readouterr().out.split(" stage summary ")[1]
+    assert "FAILED   lab" in summary and "exit 4:" in summary
 
 
 def test_a_run_with_the_lab_stage_removes_a_running_lab_before_the_first_stage(monkeypatch, tmp_path):
@@ -287,3 +344,9 @@ def test_a_run_with_the_lab_stage_removes_a_running_lab_before_the_first_stage(m
     run_tests.main(["units"])
     run_tests.main(["--no-record", "lab"])
     assert [call[0] for call in calls] == ["stages", "stages"]
+    # A lab that starts with the first stage removes the old one itself, as its first step.
+    calls.clear()
+    monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
+    monkeypatch.delenv("GPUFLEET_LAB_BESIDE", raising=False)
+    run_tests.main(["units", "molecule", "lab"])
+    assert [call[0] for call in calls] == ["stages"]
