@@ -245,13 +245,13 @@ def step_label(argv: list[str]) -> str:
 def molecule_lanes(steps: list[list[str]], lanes: int) -> list[list[list[str]]]:
     """Split the molecule steps into at most `lanes` lanes run side by side; 1 runs them in turn.
 
-    The syntax checks come first, so that a broken scenario fails in seconds; then longest first
-    (SCENARIO_SECONDS), each onto the lane with the least expected time so far: the longest
+    The syntax checks come first (in one lane too), so that a broken scenario fails in seconds;
+    then longest first (SCENARIO_SECONDS), each onto the lane with the least expected time so far: the longest
     scenario starts at once, and the short ones fill the lane that would end first."""
     if lanes < 1:
         raise ValueError(f"{LANES_ENV}={lanes}: use 1 (one scenario at a time) or more")
     if lanes == 1:
-        return [steps]
+        return [sorted(steps, key=lambda s: not step_label(s).endswith(" syntax"))]
     shared: list[list[list[str]]] = [[] for _lane in range(lanes)]
     load = [0] * lanes
     order = sorted(steps, key=lambda s: (not step_label(s).endswith(" syntax"), -expected_seconds(s), step_label(s)))
@@ -332,9 +332,7 @@ def run_lanes(
         if label not in steps_of:
             timings[label] = f"{label} {seconds:.0f}s"
         with printing:
-            print(f"\n----- {steps_of.get(label, name)}: {' '.join(argv)}", flush=True)
-            sys.stdout.write(log.read_text(errors="replace"))
-            print(f"----- {steps_of.get(label, name)}: {label} {seconds:.0f}s (exit {code})", flush=True)
+            show_step_log(steps_of.get(label, name), argv, log, seconds, code)
         if code != 0:
             failures.append((label, f"exit {code}: {' '.join(argv)}"))
         return code == 0
@@ -347,6 +345,13 @@ def run_lanes(
     if own:
         return False, "; ".join(own) + f"; {done}", ran
     return True, f"{done} (lanes: {lane_text})", ran
+
+
+def show_step_log(stage: str, argv: list[str], log: Path, seconds: float, code: int) -> None:
+    """Print a step's log whole, between its command line and its time and exit code."""
+    print(f"\n----- {stage}: {' '.join(argv)}", flush=True)
+    sys.stdout.write(log.read_text(errors="replace"))
+    print(f"----- {stage}: {step_label(argv)} {seconds:.0f}s (exit {code})", flush=True)
 
 
 def pytest_counts(text: str) -> list[str]:
@@ -362,9 +367,6 @@ def run_molecule_with(beside: list[str], lanes: int) -> list[tuple[str, str, flo
     a summary row for each: (stage, PASSED/FAILED/NOT RUN, seconds, detail)."""
     steps_of = {step_label(step): stage for stage in beside for step in STAGES[stage]}
     steps = STAGES["molecule"] + [s for b in beside for s in STAGES[b]]
-    if lanes == 1:
-        # In turn, the syntax checks first, so that a broken scenario fails in seconds.
-        steps = sorted(steps, key=lambda s: not step_label(s).endswith(" syntax"))
     t0 = time.monotonic()
     ok, detail, ran = run_lanes("molecule", molecule_lanes(steps, lanes), steps_of)
     missing = [step_label(step) for step in STAGES["molecule"] if step_label(step) not in ran]
@@ -552,11 +554,9 @@ class LabLane:
         code = self.proc.wait()
         seconds = time.monotonic() - self.started
         self.out.close()
-        text = self.log.read_text(errors="replace")
-        print(f"\n----- lab: {' '.join(LAB_STEP)}", flush=True)
-        sys.stdout.write(text)
-        print(f"----- lab: {step_label(LAB_STEP)} {seconds:.0f}s (exit {code})", flush=True)
-        detail = "; ".join(pytest_counts(text)) + " (a lane of its own from the first stage)"
+        show_step_log("lab", LAB_STEP, self.log, seconds, code)
+        counts = pytest_counts(self.log.read_text(errors="replace"))
+        detail = "; ".join(counts) + " (a lane of its own from the first stage)"
         if code:
             return "lab", "FAILED", seconds, f"exit {code}: {' '.join(LAB_STEP)}; {detail}"
         return "lab", "PASSED", seconds, detail
@@ -608,7 +608,7 @@ def run_selected(selected: list[str]) -> list[tuple[str, str, float, str]]:
             continue
         if name in beside:
             continue
-        if name == "molecule" and (beside or lanes < lane_count()):
+        if name == "molecule" and (beside or lab_lane):
             rows = run_molecule_with(beside, lanes)
         else:
             t0 = time.monotonic()
