@@ -99,6 +99,12 @@ def lab(*args: str) -> list[str]:
     return [sys.executable, str(REPO / "scripts" / "lab.py"), *args]
 
 
+def lab_cpu(after: str) -> list[str]:
+    """The lab hosts' CPU seconds so far, by systemd unit, after one step of the lab stage: where
+    the lab's time goes (docs/testing.md, Time budget), in tests/output/site/."""
+    return lab("cpu", "--output", str(REPO / "tests" / "output" / "site" / f"lab-cpu-after-{after}.json"))
+
+
 DOCS_SITE_TEST = REPO / "tests" / "packaging" / "test_docs_site.py"
 BAD_INPUTS_TEST = REPO / "tests" / "lab" / "test_bad_inputs.py"
 SITE = REPO / "tests" / "site"
@@ -170,8 +176,10 @@ STAGES: dict[str, list] = {
         # The workflow (preflight on the new hosts, deploy, validate) and the job templates,
         # through ansible-runner as AWX runs them.
         [str(VENV_BIN / "python"), str(SITE / "deploy.py")],
+        lab_cpu("deploy"),
         # The serving layer's, the collective layer's and the llama.cpp cluster's proofs.
         [str(VENV_BIN / "ansible-playbook"), "-i", LAB_INVENTORY, str(SITE / "verify.yml")],
+        lab_cpu("verify"),
         # The idempotent second run of the whole site, from the built artifact installed into a
         # clean venv, by FQCN (scripts/installed_collection.py): roles, templates, files, modules,
         # filters and the topology inventory plugin all come from the artifact, and every host
@@ -192,9 +200,11 @@ STAGES: dict[str, list] = {
             "--skip-tags",
             "gpufleet_validation",
         ],
+        lab_cpu("rerun"),
         # Two replicas behind the front door under a bounded client load: a rolling restart, a
         # kill -9, a fabric link down, an operator's drain; then Prometheus' series (docs/operations.md).
         [str(VENV_BIN / "python"), str(SITE / "operations.py")],
+        lab_cpu("operations"),
         lab("down"),
     ],
 }
@@ -474,7 +484,19 @@ def cache_state() -> dict:
     }
 
 
-def record_run(stages: list[str], results: list[tuple[str, str, float, str]], seconds: float, caches: dict) -> Path:
+def busy_cpu_seconds(stat: Path = Path("/proc/stat")) -> float:
+    """The machine's CPU time spent not idle since boot, all cores together (/proc/stat): on a
+    CPU-bound machine a run's wall time follows this, so the record keeps it beside the wall time."""
+    fields = [int(value) for value in stat.read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    # steal and guest (already counted in user) are not this machine's work.
+    busy = sum(fields[:8]) - idle - (fields[7] if len(fields) > 7 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def record_run(
+    stages: list[str], results: list[tuple[str, str, float, str]], seconds: float, caches: dict, busy_s: float
+) -> Path:
     """Write the run's stage table to benchmarks/results/test-run-<time>.json: measured runs are
     kept as files there, not as tables in the docs."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
@@ -487,6 +509,8 @@ def record_run(stages: list[str], results: list[tuple[str, str, float, str]], se
         "cpus": os.cpu_count(),
         "caches_at_start": caches,
         "wall_s": round(seconds, 1),
+        # Every process of the machine, the lab's hosts included (docs/testing.md, Time budget).
+        "machine_busy_cpu_s": round(busy_s, 1),
         "stages": [
             {"stage": name, "state": state, "seconds": round(secs, 1), "detail": detail}
             for name, state, secs, detail in results
@@ -639,14 +663,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
     selected = args.stages or [name for name in STAGES if name not in OPTIONAL]
     caches = cache_state()
-    start = time.monotonic()
+    start, busy_at_start = time.monotonic(), busy_cpu_seconds()
     if "lab" in selected[1:] and not lab_ahead(selected):
         remove_lab()
     results = run_selected(selected)
     seconds = time.monotonic() - start
     code = print_summary(results, seconds)
     if not args.no_record:
-        print(f"stage table written to {record_run(selected, results, seconds, caches)}")
+        busy = busy_cpu_seconds() - busy_at_start
+        print(f"stage table written to {record_run(selected, results, seconds, caches, busy)}")
     return code
 
 

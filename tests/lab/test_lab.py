@@ -170,3 +170,33 @@ def test_the_site_layout_is_a_pp2_replica_a_one_node_tp2_replica_and_a_llama_clu
     assert manifest["operations"] == {"frontends": ["lab-w9"], "prometheus": ["lab-w9"]}
     with pytest.raises(SystemExit, match="the site layout is 10 hosts"):
         lab.render_manifest(4, "site", {**VLLM_ASSETS, "llama": LLAMA_ASSETS})
+
+
+def fake_process(proc_root, pid, cgroup_lines, ticks):
+    """A /proc/PID with its cgroup file and a stat line whose utime, stime, cutime, cstime are ticks."""
+    where = proc_root / str(pid)
+    where.mkdir(parents=True)
+    (where / "cgroup").write_text("\n".join(cgroup_lines) + "\n")
+    # The command name may hold spaces and parentheses; the fields count from the last ')'.
+    head = f"{pid} (python3 (x) y) S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 "
+    (where / "stat").write_text(head + " ".join(str(t) for t in ticks) + " 20 0 1 0 100 0 0\n")
+
+
+def test_container_cpu_splits_a_host_by_systemd_unit(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab.os, "sysconf", lambda name: 100)
+    cid = "c0ffee"
+    usage = tmp_path / "cg" / "cpuacct" / "docker" / cid / "cpuacct.usage"
+    usage.parent.mkdir(parents=True)
+    usage.write_text(f"{int(30e9)}\n")  # 30 s
+    proc = tmp_path / "proc"
+    unit = f"9:name=systemd:/docker/{cid}/system.slice/gpufleet-vllm-pp.service"
+    fake_process(proc, 10, ["12:cpuacct:/docker/" + cid, unit], (500, 300, 100, 100))  # 10 s
+    fake_process(proc, 11, ["12:cpuacct:/docker/" + cid, unit], (200, 0, 0, 0))  # 2 s more, same unit
+    fake_process(proc, 12, [f"0::/docker/{cid}/system.slice/ssh.service"], (600, 200, 0, 0))  # 8 s
+    fake_process(proc, 13, ["9:name=systemd:/docker/other/init.scope"], (9999, 0, 0, 0))  # another host
+    (proc / "self").mkdir()
+    result = lab.container_cpu(cid, proc_root=proc, cgroup_root=tmp_path / "cg")
+    assert result == {
+        "total_s": 30.0,
+        "units_s": {"gpufleet-vllm-pp.service": 12.0, "ssh.service": 8.0, "other": 10.0},
+    }

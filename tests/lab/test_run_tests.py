@@ -252,6 +252,7 @@ def test_a_run_writes_its_stage_table_with_the_cache_state(monkeypatch, tmp_path
     assert table["command"] == "scripts/run_tests.py slow quick"
     assert table["caches_at_start"]["llama_cpp_builds"] == ["abc.tar.gz"]
     assert table["wall_s"] >= 0 and table["commit"]
+    assert table["machine_busy_cpu_s"] >= 0
 
 
 def test_the_lab_starts_with_the_first_stage_in_a_lane_of_its_own(monkeypatch):
@@ -350,3 +351,11 @@ def test_a_run_with_the_lab_stage_removes_a_running_lab_before_the_first_stage(m
     monkeypatch.delenv("GPUFLEET_LAB_BESIDE", raising=False)
     run_tests.main(["units", "molecule", "lab"])
     assert [call[0] for call in calls] == ["stages"]
+
+
+def test_busy_cpu_is_every_state_but_idle_iowait_and_steal(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 5 50 1000 20 3 2 7 40 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    monkeypatch.setattr(run_tests.os, "sysconf", lambda name: 100)
+    assert run_tests.busy_cpu_seconds(stat) == pytest.approx(1.6)
