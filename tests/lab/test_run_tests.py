@@ -252,7 +252,7 @@ def test_a_run_writes_its_stage_table_with_the_cache_state(monkeypatch, tmp_path
     assert table["command"] == "scripts/run_tests.py slow quick"
     assert table["caches_at_start"]["llama_cpp_builds"] == ["abc.tar.gz"]
     assert table["wall_s"] >= 0 and table["commit"]
-    assert table["machine_busy_cpu_s"] >= 0
+    assert table["machine_busy_cpu_s"] >= 0 and table["run_processes_cpu_s"] > 0
 
 
 def test_the_lab_starts_with_the_first_stage_in_a_lane_of_its_own(monkeypatch):
