@@ -23,6 +23,15 @@ Facts, and where they come from:
   Turing 410 (CUDA 10.0), GA100 450 (11.0), GA10x 455 (11.1), Ada and Hopper 520 (11.8). Some
   later boards need a later point release of a branch (HGX B200 needs 570.133.20, NVIDIA GPU
   Operator platform support); a branch cannot say that, so it is not checked.
+- Branch floors per board: Blackwell boards that NVIDIA added after branch 570 need the branch
+  that first lists them. The list is the "supported GPUs" table of the README.md of NVIDIA's
+  open-gpu-kernel-modules at each release tag (https://github.com/NVIDIA/open-gpu-kernel-modules),
+  read from 570.86.15 to 595.45.04; _FIRST_RELEASE names, per PCI device id, the first release
+  whose table lists it (the RTX PRO 6000 Blackwell Server Edition 575.57.08, B300 and GB300
+  580.82.07, GB10 580.94.13). Blackwell has only the open modules, so that table is the whole
+  list; for older architectures the proprietary driver can support a board before the open
+  modules list it, so they keep their architecture's floor. Within branch 580 GB10 is listed by
+  580.94.13 and 580.119.02 and later, not by 580.95.05 or 580.105.08: a branch cannot say that.
 - CUDA per architecture: Blackwell needs 12.8 (sm_100/sm_120 first appear there), Ada and
   Hopper 11.8, GA10x 11.1, GA100 11.0, Turing 10.0, Volta 9.0, Pascal 8.0. CUDA 12.0 removed
   Kepler (sm_35/sm_37) and CUDA 13.0 removed Maxwell, Pascal and Volta ("Deprecated
@@ -218,8 +227,38 @@ _CHIP_REQUIREMENTS = {"GA100": dict(min_branch=450, min_cuda=(11, 0), basis="GA1
 _DEVICE_REQUIREMENTS = dict(
     (device_id, dict(proprietary=False, basis="Grace Hopper (GH200)")) for device_id in (0x2342, 0x2348)
 )
+# Blackwell boards whose first driver release is after branch 570: PCI device id -> (the first
+# release whose README "supported GPUs" table lists it, the name that table gives).
+_FIRST_RELEASE = {
+    0x29BB: ("580.82.07", "NVIDIA DRIVE P2021"),
+    0x2B8C: ("580.76.05", "NVIDIA GeForce RTX 5090 D V2"),
+    0x2BB2: ("580.95.05", "NVIDIA RTX PRO 6000D Blackwell Workstation Edition"),
+    0x2BB5: ("575.57.08", "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+    0x2BB9: ("580.82.07", "NVIDIA RTX 6000D"),
+    0x2BBC: ("580.95.05", "NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition"),
+    0x2C3A: ("580.142", "NVIDIA RTX PRO 4500 Blackwell Server Edition"),
+    0x2C77: ("580.94.10", "NVIDIA RTX PRO 5000 Blackwell Embedded GPU"),
+    0x2D83: ("575.64.03", "NVIDIA GeForce RTX 5050"),
+    0x2E12: ("580.94.13", "NVIDIA GB10"),
+    0x3182: ("580.82.07", "NVIDIA B300 SXM6 AC"),
+    0x31C2: ("580.82.07", "NVIDIA GB300"),
+}
+_DEVICE_REQUIREMENTS.update(
+    (
+        device_id,
+        dict(
+            min_branch=int(release.split(".", 1)[0]),
+            basis="the %s (NVIDIA's driver lists it from %s on)" % (name, release),
+        ),
+    )
+    for device_id, (release, name) in _FIRST_RELEASE.items()
+)
 
-# CUDA toolkit minor release -> the Linux driver it shipped with (release notes, table 3, GA rows).
+# CUDA toolkit minor release -> the Linux driver it shipped with: the CUDA Toolkit release notes,
+# "CUDA Toolkit and Corresponding Driver Versions" (table 3), the GA row of each release
+# (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html). A release missing here
+# is still judged by its major's minimum (CUDA_MAJOR_BRANCHES) and named in a warning; to add
+# one, add its GA row's Linux driver.
 CUDA_RELEASE_DRIVERS = {
     (11, 0): "450.51.05",
     (11, 1): "455.23",
@@ -243,7 +282,10 @@ CUDA_RELEASE_DRIVERS = {
     (13, 1): "590.44.01",
     (13, 2): "595.45.04",
 }
-# CUDA major -> the least driver branch of its minor-version compatibility (table 2).
+# CUDA major -> the least driver branch of its minor-version compatibility: the release notes'
+# "Driver Range for Minor Version Compatibility" (table 2) and NVIDIA's CUDA Compatibility guide
+# (https://docs.nvidia.com/deploy/cuda-compatibility/): 11.x 450.80.02, 12.x 525.60.13, 13.x 580.
+# A major missing here is not judged at all, with a warning.
 CUDA_MAJOR_BRANCHES = {11: 450, 12: 525, 13: 580}
 
 

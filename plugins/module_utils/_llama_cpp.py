@@ -356,7 +356,7 @@ def check_rpc_devices(devices):
         return ["llama_rpc_devices must be a list of ggml device names like CUDA0, got %r" % (devices,)]
     return [
         "llama_rpc_devices[%d]=%r is not a ggml device name; use names like CUDA0 or Vulkan1, as "
-        "`rpc-server --list-devices` prints them" % (index, device)
+        "`llama-server --list-devices` prints them on that host" % (index, device)
         for index, device in enumerate(devices)
         if not isinstance(device, str) or not GGML_DEVICE.match(device)
     ]

@@ -36,41 +36,66 @@ SOCKET_DEFAULTS = {
 # Environment variables NCCL documents in its user guide (NVIDIA/nccl docs/userguide/source/env.rst,
 # the source of env.html, up to 2.30) plus the few its source reads without documenting them
 # (NCCL_PARAM declarations: NCCL_HOSTID, NCCL_WORK_FIFO_BYTES, ...). Deprecated names that NCCL
-# still reads stay in. Used to catch typos, which NCCL itself ignores silently. docs/nccl.md
-# says how the list was made and how to extend it.
+# still reads stay in; names its source no longer reads are in NO_LONGER_READ instead. Used to
+# catch typos, which NCCL itself ignores silently. docs/nccl.md says how the list was made and
+# how to extend it.
 KNOWN_VARIABLES = frozenset(
     """
-NCCL_ALGO NCCL_ALLOC_P2P_NET_LL_BUFFERS NCCL_BUFFSIZE NCCL_CGA_CLUSTER_SIZE NCCL_CHECKS_DISABLE
-NCCL_CHECK_MODE NCCL_CHECK_POINTERS NCCL_COLLNET_ENABLE NCCL_COLLNET_NODE_THRESHOLD
-NCCL_COMM_BLOCKING NCCL_COMM_ID NCCL_CONF_FILE NCCL_CROSS_NIC NCCL_CTA_POLICY NCCL_CUMEM_ENABLE
-NCCL_CUMEM_HOST_ENABLE NCCL_DEBUG NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS NCCL_DEBUG_TIMESTAMP_FORMAT
-NCCL_DEBUG_TIMESTAMP_LEVELS NCCL_DMABUF_ENABLE NCCL_ENV_PLUGIN NCCL_GDRCOPY_ENABLE
-NCCL_GDRCOPY_FIFO_ENABLE NCCL_GDRCOPY_FLUSH_ENABLE NCCL_GDRCOPY_SYNC_ENABLE NCCL_GRAPH_DUMP_FILE
-NCCL_GRAPH_FILE NCCL_GRAPH_MIXING_SUPPORT NCCL_GRAPH_REGISTER NCCL_GRAPH_STREAM_ORDERING NCCL_HOSTID
+NCCL_ALGO NCCL_ALLOC_P2P_NET_LL_BUFFERS NCCL_BUFFSIZE NCCL_CGA_CLUSTER_SIZE NCCL_CHECK_MODE
+NCCL_CHECK_POINTERS NCCL_COLLNET_ENABLE NCCL_COLLNET_NODE_THRESHOLD NCCL_COMM_BLOCKING NCCL_COMM_ID
+NCCL_CONF_FILE NCCL_CROSS_NIC NCCL_CTA_POLICY NCCL_CUMEM_ENABLE NCCL_CUMEM_HOST_ENABLE NCCL_DEBUG
+NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS NCCL_DEBUG_TIMESTAMP_FORMAT NCCL_DEBUG_TIMESTAMP_LEVELS
+NCCL_DMABUF_ENABLE NCCL_ENV_PLUGIN NCCL_GDRCOPY_ENABLE NCCL_GDRCOPY_FIFO_ENABLE
+NCCL_GDRCOPY_FLUSH_ENABLE NCCL_GDRCOPY_SYNC_ENABLE NCCL_GRAPH_DUMP_FILE NCCL_GRAPH_FILE
+NCCL_GRAPH_MIXING_SUPPORT NCCL_GRAPH_REGISTER NCCL_GRAPH_STREAM_ORDERING NCCL_HOSTID
 NCCL_IB_ADAPTIVE_ROUTING NCCL_IB_ADDR_FAMILY NCCL_IB_ADDR_RANGE NCCL_IB_AR_THRESHOLD
-NCCL_IB_CUDA_SUPPORT NCCL_IB_DISABLE NCCL_IB_ECE_ENABLE NCCL_IB_FIFO_TC NCCL_IB_GDR_LEVEL
-NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_IB_MERGE_NICS NCCL_IB_OOO_RQ NCCL_IB_PCI_RELAXED_ORDERING
-NCCL_IB_QPS_PER_CONNECTION NCCL_IB_RETRY_CNT NCCL_IB_RETURN_ASYNC_EVENTS NCCL_IB_ROCE_VERSION_NUM
-NCCL_IB_SL NCCL_IB_SPLIT_DATA_ON_QPS NCCL_IB_TC NCCL_IB_TIMEOUT NCCL_IGNORE_COLLNET_MISMATCH
-NCCL_IGNORE_CPU_AFFINITY NCCL_IGNORE_NET_MISMATCH NCCL_IPC_USE_ABSTRACT_SOCKET NCCL_LAUNCH_MODE
-NCCL_LAUNCH_ORDER_IMPLICIT NCCL_LAUNCH_RACE_FATAL NCCL_LEGACY_CUDA_REGISTER NCCL_LL128_BUFFSIZE
-NCCL_LL_THRESHOLD NCCL_LOCAL_REGISTER NCCL_MAX_CTAS NCCL_MAX_NCHANNELS NCCL_MAX_NRINGS
-NCCL_MEM_SYNC_DOMAIN NCCL_MIN_CTAS NCCL_MIN_NCHANNELS NCCL_MIN_NRINGS NCCL_MNNVL_CLIQUE_ID
-NCCL_MNNVL_ENABLE NCCL_MNNVL_UUID NCCL_MULTI_RANK_GPU_ENABLE NCCL_NCHANNELS_PER_NET_PEER NCCL_NET
-NCCL_NETDEVS_POLICY NCCL_NET_GDR_C2C NCCL_NET_GDR_LEVEL NCCL_NET_GDR_READ NCCL_NET_MERGE_LEVEL
-NCCL_NET_MERGE_POLICY NCCL_NET_PLUGIN NCCL_NET_SHARED_BUFFERS NCCL_NET_SHARED_COMMS NCCL_NO_CACHE
-NCCL_NSOCKS_PERTHREAD NCCL_NTHREADS NCCL_NVB_DISABLE NCCL_NVLS_ENABLE NCCL_NVLS_NCHANNELS
-NCCL_OOB_NET_ENABLE NCCL_OOB_NET_IFNAME NCCL_P2P_DIRECT_DISABLE NCCL_P2P_DISABLE NCCL_P2P_LEVEL
-NCCL_P2P_LL_THRESHOLD NCCL_P2P_NET_CHUNKSIZE NCCL_P2P_NVL_CHUNKSIZE NCCL_P2P_PCI_CHUNKSIZE
-NCCL_P2P_PXN_LEVEL NCCL_PROFILER_PLUGIN NCCL_PROTO NCCL_PXN_C2C NCCL_PXN_DISABLE NCCL_RAS_ADDR
-NCCL_RAS_ENABLE NCCL_RAS_TIMEOUT_FACTOR NCCL_RUNTIME_CONNECT NCCL_SET_STACK_SIZE
-NCCL_SET_THREAD_NAME NCCL_SHM_DISABLE NCCL_SINGLE_RING_THRESHOLD NCCL_SOCKET_FAMILY
-NCCL_SOCKET_IFNAME NCCL_SOCKET_MAGIC NCCL_SOCKET_NTHREADS NCCL_SOCKET_POLL_TIMEOUT_MSEC
-NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_SYM_GIN_KERNELS_ENABLE NCCL_TOPO_DUMP_FILE
-NCCL_TOPO_FILE NCCL_TREE_THRESHOLD NCCL_TUNER_PLUGIN NCCL_UID_STAGGER_RATE
-NCCL_UID_STAGGER_THRESHOLD NCCL_WIN_ENABLE NCCL_WORK_FIFO_BYTES
+NCCL_IB_DISABLE NCCL_IB_ECE_ENABLE NCCL_IB_FIFO_TC NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_IB_MERGE_NICS
+NCCL_IB_OOO_RQ NCCL_IB_PCI_RELAXED_ORDERING NCCL_IB_QPS_PER_CONNECTION NCCL_IB_RETRY_CNT
+NCCL_IB_RETURN_ASYNC_EVENTS NCCL_IB_ROCE_VERSION_NUM NCCL_IB_SL NCCL_IB_SPLIT_DATA_ON_QPS
+NCCL_IB_TC NCCL_IB_TIMEOUT NCCL_IGNORE_COLLNET_MISMATCH NCCL_IGNORE_CPU_AFFINITY
+NCCL_IGNORE_NET_MISMATCH NCCL_IPC_USE_ABSTRACT_SOCKET NCCL_LAUNCH_MODE NCCL_LAUNCH_ORDER_IMPLICIT
+NCCL_LAUNCH_RACE_FATAL NCCL_LEGACY_CUDA_REGISTER NCCL_LL128_BUFFSIZE NCCL_LOCAL_REGISTER
+NCCL_MAX_CTAS NCCL_MAX_NCHANNELS NCCL_MAX_NRINGS NCCL_MEM_SYNC_DOMAIN NCCL_MIN_CTAS
+NCCL_MIN_NCHANNELS NCCL_MIN_NRINGS NCCL_MNNVL_CLIQUE_ID NCCL_MNNVL_ENABLE NCCL_MNNVL_UUID
+NCCL_MULTI_RANK_GPU_ENABLE NCCL_NCHANNELS_PER_NET_PEER NCCL_NET NCCL_NETDEVS_POLICY
+NCCL_NET_GDR_C2C NCCL_NET_GDR_LEVEL NCCL_NET_GDR_READ NCCL_NET_MERGE_LEVEL NCCL_NET_MERGE_POLICY
+NCCL_NET_PLUGIN NCCL_NET_SHARED_BUFFERS NCCL_NET_SHARED_COMMS NCCL_NO_CACHE NCCL_NSOCKS_PERTHREAD
+NCCL_NTHREADS NCCL_NVB_DISABLE NCCL_NVLS_ENABLE NCCL_NVLS_NCHANNELS NCCL_OOB_NET_ENABLE
+NCCL_OOB_NET_IFNAME NCCL_P2P_DIRECT_DISABLE NCCL_P2P_DISABLE NCCL_P2P_LEVEL NCCL_P2P_LL_THRESHOLD
+NCCL_P2P_NET_CHUNKSIZE NCCL_P2P_NVL_CHUNKSIZE NCCL_P2P_PCI_CHUNKSIZE NCCL_P2P_PXN_LEVEL
+NCCL_PROFILER_PLUGIN NCCL_PROTO NCCL_PXN_C2C NCCL_PXN_DISABLE NCCL_RAS_ADDR NCCL_RAS_ENABLE
+NCCL_RAS_TIMEOUT_FACTOR NCCL_RUNTIME_CONNECT NCCL_SET_STACK_SIZE NCCL_SET_THREAD_NAME
+NCCL_SHM_DISABLE NCCL_SOCKET_FAMILY NCCL_SOCKET_IFNAME NCCL_SOCKET_MAGIC NCCL_SOCKET_NTHREADS
+NCCL_SOCKET_POLL_TIMEOUT_MSEC NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC
+NCCL_SYM_GIN_KERNELS_ENABLE NCCL_TOPO_DUMP_FILE NCCL_TOPO_FILE NCCL_TUNER_PLUGIN
+NCCL_UID_STAGGER_RATE NCCL_UID_STAGGER_THRESHOLD NCCL_WIN_ENABLE NCCL_WORK_FIFO_BYTES
 """.split()
 )
+
+# Names the NCCL user guide still lists but NCCL's source (2.30.7) no longer reads, so a setting
+# of them does nothing, silently: name -> (what became of it, the fix). Checked against
+# src/ of NVIDIA/nccl at each release tag (docs/nccl.md).
+NO_LONGER_READ = {
+    "NCCL_IB_GDR_LEVEL": ("renamed NCCL_NET_GDR_LEVEL in NCCL 2.4", "rename the key to NCCL_NET_GDR_LEVEL"),
+    "NCCL_IB_CUDA_SUPPORT": (
+        "removed in NCCL 2.4",
+        "use NCCL_NET_GDR_LEVEL instead (LOC turns GPU Direct RDMA off, SYS allows it at any distance)",
+    ),
+    "NCCL_LL_THRESHOLD": ("removed in NCCL 2.5", "use NCCL_PROTO to choose the protocols instead"),
+    "NCCL_TREE_THRESHOLD": ("removed in NCCL 2.5", "use NCCL_ALGO to choose the algorithms instead"),
+    "NCCL_SINGLE_RING_THRESHOLD": (
+        "removed in NCCL 2.3",
+        "remove it (NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS bound the channels)",
+    ),
+    "NCCL_CHECKS_DISABLE": ("deprecated in NCCL 2.2.12 and no longer read", "remove it"),
+}
+
+# The path levels NCCL_NET_GDR_LEVEL and NCCL_P2P_LEVEL take (ncclGetLevel in src/graph/paths.cc,
+# the names of topoPathTypeStr in src/graph/topo.cc up to SYS, compared case-sensitively), or an
+# integer of the old scale (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS). NCCL treats any other
+# value as unset and keeps its default, silently.
+PATH_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+LEVEL_VARIABLES = ("NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL")
 
 # Characters that would change meaning in a systemd EnvironmentFile or in /etc/nccl.conf.
 _UNSAFE_VALUE = re.compile(r"[\s\"'\\$`#]")
@@ -199,6 +224,12 @@ def _check_int_range(env, key, low, high, origins, problems, skip=()):
     return number
 
 
+def _is_path_level(value):
+    """True for a value ncclGetLevel reads: a path name, or digits (the old integer scale)."""
+    text = str(value)
+    return text in PATH_LEVELS or bool(re.match(r"^[0-9]+\Z", text))
+
+
 def validate_env(env, transport, interfaces=None, origins=None):
     """Check a merged NCCL environment. Return a list of problems (empty when valid).
 
@@ -221,6 +252,18 @@ def validate_env(env, transport, interfaces=None, origins=None):
     for key in sorted(env):
         value = env[key]
         variable = _origin(origins, key)
+        if key in NO_LONGER_READ:
+            became, fix = NO_LONGER_READ[key]
+            problems.append(
+                _problem(
+                    variable,
+                    key,
+                    value,
+                    "%s is no longer read by NCCL (%s; NCCL ignores it silently); %s" % (key, became, fix),
+                )
+            )
+            flagged.add(key)
+            continue
         if key not in KNOWN_VARIABLES:
             guess = suggest_variable(key)
             hint = ("did you mean %s? Rename the key" % guess) if guess else "remove it"
@@ -256,6 +299,20 @@ def validate_env(env, transport, interfaces=None, origins=None):
                     value,
                     "%s=%r contains whitespace, a quote, a backslash, '$', '`' or '#', which "
                     "nccl.conf and systemd EnvironmentFile parse differently; remove them" % (key, value),
+                )
+            )
+
+    for key in LEVEL_VARIABLES:
+        if key in env and key not in flagged and not _is_path_level(env[key]):
+            variable = _origin(origins, key)
+            problems.append(
+                _problem(
+                    variable,
+                    key,
+                    env[key],
+                    "%s=%s is not a level NCCL reads (NCCL treats it as unset and keeps its default, silently); "
+                    "set %s to one of %s (upper case) or an integer 0-4 (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 SYS)"
+                    % (key, env[key], variable, ", ".join(PATH_LEVELS)),
                 )
             )
 

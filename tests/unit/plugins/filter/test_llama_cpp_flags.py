@@ -197,3 +197,37 @@ def test_rpc_instances_filter_builds_argv_and_checks_extra_args():
         llama_rpc_instances("10.10.0.11", 50052, threads=4, extra_args=["--thread", "2"], flags=RPC)
     # Without threads, the plan carries no argv (the old call).
     assert "argv" not in llama_rpc_instances("10.10.0.11", 50052)[0]
+
+
+# Every command the collection tells an operator to run names flags the binary has
+
+COLLECTION = Path(__file__).resolve().parents[4]
+COMMAND = __import__("re").compile(r"`((?:ggml-)?rpc-server|llama-server)((?: [^`]*)?)`")
+
+
+def told_commands():
+    """(file, binary, flag) of every flag in a backquoted llama-server or RPC server command in the
+    product's code, role files and docs."""
+    found = []
+    for top in ("plugins", "roles", "docs", "playbooks"):
+        for path in sorted((COLLECTION / top).rglob("*")):
+            if path.suffix not in (".py", ".yml", ".j2", ".md") or not path.is_file():
+                continue
+            for binary, rest in COMMAND.findall(path.read_text(encoding="utf-8", errors="replace")):
+                for word in rest.split():
+                    if word.startswith("-"):
+                        found.append((str(path.relative_to(COLLECTION)), binary, word.split("=")[0]))
+    return found
+
+
+def test_the_scan_finds_the_commands_the_docs_give():
+    assert ("docs/llama-rpc.md", "llama-server", "--help") in told_commands()
+
+
+def test_every_flag_a_message_or_doc_tells_the_operator_to_run_is_in_the_binary_s_help():
+    unknown = [
+        (where, binary, flag)
+        for where, binary, flag in told_commands()
+        if flag not in (SERVER if binary == "llama-server" else RPC)
+    ]
+    assert unknown == []

@@ -384,3 +384,68 @@ def test_check_compat_without_branch_or_modules_checks_only_cuda_against_the_gpu
     assert [error["variable"] for error in found["errors"]] == ["cuda_toolkit_versions"]
     assert found["warnings"] == []
     assert _gpu_compat.check_compat(gpus, None, None, ["12.8"]) == {"errors": [], "warnings": []}
+
+
+# ------------------------------------------------- branch floors per board, against NVIDIA's list
+
+FIRST_RELEASE = Path(__file__).parent / "fixtures" / "nvidia-driver-readme" / "blackwell-first-release.tsv"
+
+
+def first_releases():
+    """(device id, first release, name) of every Blackwell board NVIDIA's driver README lists."""
+    rows = []
+    for line in FIRST_RELEASE.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            device, release, name = line.split("\t")
+            rows.append((int(device, 16), release, name))
+    return rows
+
+
+def branch_errors(device_id, branch):
+    return check_compat([gpu("0000:01:00.0", device_id)], branch, "open", [])["errors"]
+
+
+@pytest.mark.parametrize(("device_id", "release", "name"), first_releases(), ids=str)
+def test_every_blackwell_board_needs_the_branch_that_first_lists_it(device_id, release, name):
+    assert identify(device_id)["architecture"] == "Blackwell", name
+    first = int(release.split(".")[0])
+    assert branch_errors(device_id, str(first)) == [], f"{name} is listed from {release} on"
+    before = {570: 565, 575: 570, 580: 575}[first]
+    (error,) = branch_errors(device_id, str(before))
+    assert error["variable"] == "nvidia_driver_branch"
+    assert f"needs branch {first} or newer" in error["msg"]
+
+
+def test_the_board_table_is_the_list_of_boards_after_branch_570():
+    listed = {
+        device_id: (release, name) for device_id, release, name in first_releases() if not release.startswith("570.")
+    }
+    assert _gpu_compat._FIRST_RELEASE == listed
+
+
+def test_the_rtx_pro_6000_server_edition_is_refused_on_branch_570_naming_its_first_release():
+    (error,) = branch_errors(0x2BB5, "570")
+    assert error["msg"] == (
+        "nvidia_driver_branch=570 cannot drive NVIDIA RTX PRO 6000 Blackwell Server Edition at 0000:01:00.0 "
+        "(10de:2bb5, Blackwell): the NVIDIA RTX PRO 6000 Blackwell Server Edition (NVIDIA's driver lists it "
+        'from 575.57.08 on) needs branch 575 or newer. Fix: set nvidia_driver_branch: "580" (the current LTS branch).'
+    )
+    # Its workstation sibling came with branch 570.
+    assert branch_errors(0x2BB1, "570") == []
+
+
+# ------------------------------------------------- CUDA releases newer than the table
+
+
+def test_a_cuda_release_after_the_table_is_judged_by_its_major_minimum():
+    assert (13, 3) not in _gpu_compat.CUDA_RELEASE_DRIVERS
+    refused = only(
+        check_compat([gpu("0000:01:00.0", 0x2B85)], "575", "open", ["13.3"])["errors"], "cuda_toolkit_versions"
+    )
+    assert "needs driver branch 580 or newer (CUDA 13.x minor-version compatibility)" in refused["msg"]
+    (note,) = check_compat([gpu("0000:01:00.0", 0x2B85)], "580", "open", ["13.3"])["warnings"]
+    assert note["value"] == "13.3"
+    assert (
+        "not a CUDA release gpu_compat knows, so it was checked against the CUDA 13.x minimum (branch 580)"
+        in note["msg"]
+    )

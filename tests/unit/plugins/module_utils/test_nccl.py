@@ -273,3 +273,40 @@ def test_merge_overrides_replaces_adds_and_none_removes():
 def test_parse_env_lines_skips_comments_blanks_and_junk():
     text = "# managed by Ansible\n\n  NCCL_DEBUG = WARN \nnot a pair\nNCCL_IB_HCA==mlx5_0\n"
     assert parse_env_lines(text) == {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "=mlx5_0"}
+
+
+@pytest.mark.parametrize(
+    "name, fix",
+    [
+        ("NCCL_IB_GDR_LEVEL", "renamed NCCL_NET_GDR_LEVEL in NCCL 2.4"),
+        ("NCCL_IB_CUDA_SUPPORT", "use NCCL_NET_GDR_LEVEL instead"),
+        ("NCCL_LL_THRESHOLD", "use NCCL_PROTO"),
+        ("NCCL_TREE_THRESHOLD", "use NCCL_ALGO"),
+        ("NCCL_SINGLE_RING_THRESHOLD", "removed in NCCL 2.3"),
+        ("NCCL_CHECKS_DISABLE", "no longer read"),
+    ],
+)
+def test_a_name_nccl_no_longer_reads_is_refused_with_its_replacement(name, fix):
+    problems, msg = problems_for({name: "1"})
+    assert [p["key"] for p in problems] == [name]
+    assert f"nccl_env_overrides.{name}: {name} is no longer read by NCCL" in msg
+    assert fix in msg
+
+
+def test_no_name_nccl_no_longer_reads_is_suggested_for_a_typo():
+    assert suggest_variable("NCCL_IB_GDR_LEVE") != "NCCL_IB_GDR_LEVEL"
+
+
+@pytest.mark.parametrize("key", ["NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL"])
+@pytest.mark.parametrize("value", ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "0", "4", 2])
+def test_path_levels_nccl_reads_pass(key, value):
+    assert problems_for({key: value})[0] == []
+
+
+@pytest.mark.parametrize("key", ["NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL"])
+@pytest.mark.parametrize("value", ["pxb", "NET", "DIS", "-1", "PCI", "1.5"])
+def test_path_levels_nccl_ignores_are_refused(key, value):
+    problems, msg = problems_for({key: value})
+    assert [p["key"] for p in problems] == [key]
+    assert f"{key}={value} is not a level NCCL reads" in msg
+    assert "LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS" in msg
