@@ -75,6 +75,7 @@ bench: setup lab-image ## Performance benchmarks on the demo lab, each a ratio a
 	$(PY) benchmarks/fabric.py engine
 	$(PY) benchmarks/fabric.py schedule
 	$(PY) benchmarks/site.py ssh
+	$(PY) benchmarks/topology_scale.py
 
 stress: setup ## Every test that starts a process or a thread, 20 times, with both cores kept busy
 	$(PY) scripts/stress_tests.py

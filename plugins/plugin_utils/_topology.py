@@ -676,6 +676,10 @@ def plan(manifest, allowed_extra=()):
     for rack in racks:
         groups[rack["group"]] = list(rack["servers"])
 
+    # Group all's summary is folded into every host's variables (ansible-inventory --list does, and
+    # every consumer of hostvars sees it), so it holds nothing that grows with the servers: a
+    # list of racks or of replica nodes here made the inventory grow with the square of the
+    # cluster. Who is in a rack, a replica or a llama.cpp cluster is in the groups.
     topology = {
         "name": name or "",
         "fabric": {
@@ -685,9 +689,13 @@ def plan(manifest, allowed_extra=()):
             "roce": fabric["roce"],
         },
         "spines": spines,
-        "racks": [dict(rack) for rack in racks],
-        "replicas": [{"name": r["name"], "group": r["group"], "nodes": r["nodes"]} for r in replicas],
-        "llama_cpp": clusters,
+        "counts": {
+            "servers": len(servers),
+            "gpus": sum(server["gpus"] for server in servers),
+            "racks": len(racks),
+            "vllm_replicas": len(replicas),
+            "llama_cpp_clusters": len(clusters),
+        },
         "operations": operations,
     }
     if management is not None:

@@ -3,6 +3,7 @@
 """The topology plan: allocation by rack and slot, the variables and groups, and every refusal."""
 
 import copy
+import json
 
 import pytest
 
@@ -85,8 +86,7 @@ def test_flagship_gets_todays_addresses_ranks_and_groups():
     assert groups["inference_frontends"] == [] and groups["prometheus_servers"] == []
     topology = plan["vars"]["gpufleet_topology"]
     assert plan["vars"]["gpufleet_topology_name"] == "cluster-80x5090"
-    assert topology["racks"] == [{"name": "r1", "id": 1, "group": "rack_r1", "leaf": "leaf01", "servers": everyone}]
-    assert topology["replicas"] == [{"name": "kimi", "group": "vllm_replica_kimi", "nodes": everyone}]
+    assert topology["counts"] == {"servers": 10, "gpus": 80, "racks": 1, "vllm_replicas": 1, "llama_cpp_clusters": 0}
     assert topology["fabric"] == {"subnet": "10.20.0.0/24", "interface": "bond0", "mtu": 9000, "roce": False}
     assert topology["management"] == {"subnet": "192.168.10.0/24"}
 
@@ -236,7 +236,7 @@ def test_replicas_llama_cluster_roce_and_vars():
     assert groups["roce_nodes"] == groups["fabric_nodes"]
     assert "gpu10" not in groups["gpu_nodes"] and "gpufleet_gpu_count" not in hosts["gpu10"]
     assert plan["vars"]["fabric_network_revert_seconds"] == 300
-    assert plan["vars"]["gpufleet_topology"]["llama_cpp"] == [{"coordinator": "gpu04", "workers": ["gpu06", "gpu05"]}]
+    assert plan["vars"]["gpufleet_topology"]["counts"]["llama_cpp_clusters"] == 1
 
 
 def test_spines_and_leaf_pairs_are_reported():
@@ -579,3 +579,35 @@ def test_operations_hosts_are_checked(operations, path, problem):
     with pytest.raises(_topology.TopologyError) as error:
         _topology.plan(data)
     assert path in str(error.value) and problem in str(error.value)
+
+
+def test_group_all_s_summary_does_not_grow_with_the_servers():
+    """Every host carries group all's variables (ansible-inventory --list folds them in), so a
+    summary that lists servers makes the inventory grow with the square of the cluster."""
+
+    def summary(rack_count):
+        data = manifest()
+        data["fabric"]["subnet"] = "10.20.0.0/16"
+        data["fabric"]["max_racks"] = rack_count
+        data["management"]["subnet"] = "192.168.0.0/16"
+        data["racks"] = [
+            {
+                "name": f"r{rack}",
+                "id": rack,
+                "servers": [{"name": f"g{rack}-{slot}", "slot": slot, "gpus": 8} for slot in range(1, 17)],
+            }
+            for rack in range(1, rack_count + 1)
+        ]
+        data["serving"] = {
+            "vllm": [
+                {"replica": f"x{rack}", "nodes": [f"g{rack}-{slot}" for slot in range(1, 9)]}
+                for rack in range(1, rack_count + 1)
+            ]
+        }
+        plan = _topology.plan(data)
+        assert len(plan["hosts"]) == 16 * rack_count
+        return plan["vars"]["gpufleet_topology"]
+
+    small, large = summary(1), summary(12)
+    assert large["counts"] == {"servers": 192, "gpus": 1536, "racks": 12, "vllm_replicas": 12, "llama_cpp_clusters": 0}
+    assert len(json.dumps(large)) - len(json.dumps(small)) < 16
