@@ -183,9 +183,54 @@ def name_origins(message, origins):
     return pattern.sub(lambda match: str(origins[match.group(1)]), message)
 
 
+# The largest value each input may have: far above any real model, GPU or server (the largest
+# models have under 200 layers, 10M-token contexts and vocabularies under 300k; a GPU has under
+# 300 GiB), so that a value past it is a mistake, refused before any computation, and the plan's
+# partition search stays far below a second (its cost grows with layers squared).
+LIMITS = {
+    "model.num_hidden_layers": 512,
+    "model.hidden_size": 1 << 20,
+    "model.num_attention_heads": 1 << 14,
+    "model.num_key_value_heads": 1 << 14,
+    "model.head_dim": 1 << 14,
+    "model.vocab_size": 1 << 24,
+    "model.intermediate_size": 1 << 24,
+    "model.moe_intermediate_size": 1 << 24,
+    "model.shared_expert_intermediate_size": 1 << 24,
+    "model.n_routed_experts": 1 << 16,
+    "model.n_shared_experts": 1 << 16,
+    "model.first_k_dense_replace": 512,
+    "model.moe_layer_freq": 512,
+    "model.max_position_embeddings": 1 << 26,
+    "model.kv_lora_rank": 1 << 16,
+    "model.qk_rope_head_dim": 1 << 14,
+    "model.qk_nope_head_dim": 1 << 14,
+    "model.v_head_dim": 1 << 14,
+    "model.q_lora_rank": 1 << 16,
+    "model.total_bytes": 1 << 50,
+    "max_model_len": 1 << 26,
+    "tensor_parallel_size": 1024,
+    "pipeline_parallel_size": 512,
+    "gpu.memory_mib": 1 << 21,
+    "gpu.memory_bytes": 1 << 41,
+    "kv_cache_memory_bytes": 1 << 50,
+    "block_size": 4096,
+    "overhead_mib": 1 << 21,
+    "overhead_bytes": 1 << 41,
+    "max_num_seqs": 1 << 20,
+    "weight_bits": 32,
+}
+
+
 def _positive_int(option, value, minimum=1, fix=""):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         _refuse("%s must be an integer >= %d, got %r%s" % (option, minimum, value, fix))
+    limit = LIMITS.get(option)
+    if limit is not None and value > limit:
+        _refuse(
+            "%s=%d is larger than any real value (at most %d here); fix it%s"
+            % (option, value, limit, fix.replace("; ", ": ", 1) if fix else "")
+        )
     return value
 
 
@@ -262,10 +307,18 @@ def model_shape(config):
         "hidden": need("hidden_size"),
         "heads": need("num_attention_heads"),
         "vocab": need("vocab_size"),
-        "tie": bool(config.get("tie_word_embeddings", False)),
-        "max_position_embeddings": opt("max_position_embeddings", None),
+        "max_position_embeddings": opt("max_position_embeddings", None, 1),
     }
+    tie = config.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        _refuse("model.tie_word_embeddings must be true or false, got %r; pass the model's config.json fields" % (tie,))
+    shape["tie"] = tie
     shape["kv_heads"] = opt("num_key_value_heads", shape["heads"], 1)
+    if config.get("head_dim") is None and shape["hidden"] < shape["heads"]:
+        _refuse(
+            "model.hidden_size (%d) is smaller than model.num_attention_heads (%d), so a head has no dimension;"
+            " give model.head_dim or fix the config" % (shape["hidden"], shape["heads"])
+        )
     shape["head_dim"] = opt("head_dim", shape["hidden"] // shape["heads"], 1)
     shape["mla"] = config.get("kv_lora_rank") is not None
     if shape["mla"]:
@@ -274,6 +327,11 @@ def model_shape(config):
         shape["nope_dim"] = need("qk_nope_head_dim")
         shape["v_dim"] = need("v_head_dim")
         shape["q_lora_rank"] = opt("q_lora_rank", 0)
+    if not shape["mla"] and (shape["kv_heads"] > shape["heads"] or shape["heads"] % shape["kv_heads"]):
+        _refuse(
+            "model.num_key_value_heads (%d) must divide model.num_attention_heads (%d): every KV head serves the"
+            " same number of query heads; pass the model's config.json fields" % (shape["kv_heads"], shape["heads"])
+        )
     experts = [config.get(name) for name in EXPERT_FIELDS if config.get(name)]
     shape["experts"] = _positive_int("model.n_routed_experts", experts[0]) if experts else 0
     if shape["experts"]:
@@ -289,7 +347,7 @@ def model_shape(config):
     if not all(shape["moe_layers"]):
         shape["inter"] = need("intermediate_size")
     dtype = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
-    if dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         _refuse("model.torch_dtype %r is not one of %s" % (dtype, ", ".join(sorted(DTYPE_BYTES))))
     shape["config_dtype"] = dtype
     total = config.get("total_bytes")
@@ -310,19 +368,30 @@ def decoder_bits(config, quantization=None, bits=None):
             )
         return OPTION_BITS[key]
     qcfg = config.get("quantization_config") or {}
+    if not isinstance(qcfg, dict):
+        _refuse("model.quantization_config must be a mapping, as in config.json, got %r" % (qcfg,))
     method = str(qcfg.get("quant_method", "")).lower()
     if not method:
         return None
     found = qcfg.get("bits")
-    for group in (qcfg.get("config_groups") or {}).values():  # compressed-tensors
-        found = found or ((group or {}).get("weights") or {}).get("num_bits")
+    groups = qcfg.get("config_groups") or {}
+    if not isinstance(groups, dict) or not all(isinstance(group or {}, dict) for group in groups.values()):
+        _refuse("model.quantization_config.config_groups must map group names to mappings, got %r" % (groups,))
+    for group in groups.values():  # compressed-tensors
+        weights = (group or {}).get("weights") or {}
+        found = found or (weights.get("num_bits") if isinstance(weights, dict) else None)
     found = found or QUANT_BITS.get(method)
     if not found:
         _refuse(
             "model.quantization_config.quant_method %r is not known to the planner; give quantization or weight_bits"
             % method
         )
-    return int(found)
+    if isinstance(found, bool) or not isinstance(found, int) or not 1 <= found <= 32:
+        _refuse(
+            "model.quantization_config gives %r bits per weight; it must be an integer from 1 to 32, or give"
+            " weight_bits" % (found,)
+        )
+    return found
 
 
 def resolve_dtype(dtype, config_dtype):
@@ -471,28 +540,77 @@ class _Evaluator:
         return self.kv_budget(stage, begin, end) // (self.page_layer * (end - begin))
 
 
+def _greedy_reach(ev, layers, stages, target, widest):
+    """Ends after each of stages 0..stages-1, each taken as long as it can be (at most ``widest``
+    layers, at least ``target`` blocks, one layer left for every later stage of the pipeline), or
+    None when a stage cannot hold even one layer. A stage's blocks only fall as it takes more
+    layers, so no partition's first k stages reach further than these: this decides whether a
+    partition exists in O(layers)."""
+    ends, begin = [], 0
+    for stage in range(stages):
+        end = begin
+        last = min(layers - (ev.pp - 1 - stage), begin + widest)
+        while end < last and ev.blocks(stage, begin, end + 1) >= target:
+            end += 1
+        if end == begin:
+            return None
+        ends.append(end)
+        begin = end
+    return ends
+
+
+def _fits(ev, layers, pp, target, widest):
+    ends = _greedy_reach(ev, layers, pp - 1, target, widest)
+    if ends is None:
+        return False
+    begin = ends[-1] if ends else 0
+    return layers - begin <= widest and ev.blocks(pp - 1, begin, layers) >= target
+
+
+def _largest(low, high, ok):
+    """The largest value in [low, high] for which ok holds, given ok(low) and ok monotone."""
+    while low < high:
+        middle = (low + high + 1) // 2
+        if ok(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def best_partition(ev, layers, pp):
-    """Maximise the least blocks over stages; among those, the fewest layers on the busiest stage."""
-    neg = float("-inf")
-    best = [[neg] * (layers + 1) for stage in range(pp)]
-    for end in range(1, layers - pp + 2):
-        best[0][end] = ev.blocks(0, 0, end)
-    for stage in range(1, pp):
-        for end in range(stage + 1, layers - pp + stage + 2):
-            best[stage][end] = max(
-                min(best[stage - 1][b], ev.blocks(stage, b, end)) for b in range(stage, end) if best[stage - 1][b] > neg
-            )
-    target = best[pp - 1][layers]
-    # Second pass: every stage reaches target; minimise the largest stage.
+    """Maximise the least blocks over stages; among those, the fewest layers on the busiest stage.
+
+    The best least-blocks and then the smallest busiest stage are found by bisection over a
+    greedy check (_fits), O(layers log) each; the partition itself by the dynamic programme over
+    stage lengths of at most that busiest stage, so O(pp x layers x widest) with widest about
+    layers / pp: far below a second for any real model, where the programme over every length
+    took minutes for thousands of layers."""
+    default = default_partition(layers, pp)
+    low = min(row["num_blocks"] for row in _stages(ev, default))
+    if not _fits(ev, layers, pp, 0, layers):
+        # No split leaves every stage room for KV (a negative budget breaks the order the search
+        # needs): vLLM's own split, which the weights check then refuses with its figures.
+        return default, low, max(default)
+    # vLLM's own split is a partition, so its least blocks is a lower bound.
+    low = max(low, 0)
+    # No stage of one layer or more has more blocks than its budget with no layer's weights.
+    high = max(low, max(ev.kv_budget(stage, 0, 0) for stage in (0, min(1, pp - 1), pp - 1)) // ev.page_layer)
+    target = _largest(low, high, lambda blocks: _fits(ev, layers, pp, blocks, layers))
+    # The smallest busiest stage that still reaches target: the largest number of layers to spare.
+    spare = _largest(0, layers - -(-layers // pp), lambda spare: _fits(ev, layers, pp, target, layers - spare))
+    widest = layers - spare
+    # Every stage reaches target with at most widest layers: the same choice as the programme
+    # over every length made (larger earlier stages first on ties), over the lengths that can win.
     inf = float("inf")
     cost = [[inf] * (layers + 1) for stage in range(pp)]
     back = [[0] * (layers + 1) for stage in range(pp)]
-    for end in range(1, layers - pp + 2):
+    for end in range(1, min(layers - pp + 1, widest) + 1):
         if ev.blocks(0, 0, end) >= target:
             cost[0][end] = end
     for stage in range(1, pp):
         for end in range(stage + 1, layers - pp + stage + 2):
-            for b in range(end - 1, stage - 1, -1):  # larger earlier stages first on ties
+            for b in range(end - 1, max(stage, end - widest) - 1, -1):  # larger earlier stages first on ties
                 if cost[stage - 1][b] < inf and ev.blocks(stage, b, end) >= target:
                     value = max(cost[stage - 1][b], end - b)
                     if value < cost[stage][end]:
@@ -672,6 +790,12 @@ def plan(model, **options):
         return _Evaluator(weight_layout(shape, tp, size, qbits, dbits), size, budget, block_size, token_layer)
 
     ev = evaluator(pp)
+    if not 0.25 <= ev.scale <= 4:
+        _refuse(
+            "model.total_bytes=%d is %.3g times what the config and %d-bit weights give (%d bytes); give the"
+            " checkpoint's size on disk (the sum of its safetensors files)"
+            % (shape["total_bytes"], ev.scale, qbits, round(shape["total_bytes"] / ev.scale))
+        )
     default_parts = default_partition(shape["layers"], pp)
     if opts["pp_layer_partition"] not in (None, "", []):
         parts = parse_partition(opts["pp_layer_partition"], shape["layers"], pp)

@@ -377,3 +377,89 @@ def test_name_origins_replaces_whole_names_only():
         " num_blocks x vllm_args block-size; per GPU"
     )
     assert name_origins(message, {}) == message
+
+
+# ---------------------------------------------------------------------------- hostile inputs
+
+
+def config(**changes):
+    data = dict(QWEN3_32B, **changes)
+    return {key: value for key, value in data.items() if value is not None}
+
+
+HOSTILE = [
+    # Sizes beyond any real model, GPU or server: refused before any computation.
+    (
+        dict(model=config(num_hidden_layers=10_000_000)),
+        "model.num_hidden_layers=10000000 is larger than any real value",
+    ),
+    (dict(model=config(num_hidden_layers=3000), pipeline_parallel_size=1500), "model.num_hidden_layers=3000"),
+    (dict(model=config(num_attention_heads=10**12)), "model.num_attention_heads=1000000000000"),
+    (dict(max_model_len=10**12), "max_model_len=1000000000000 is larger than any real value"),
+    (dict(gpu={"memory_mib": 10**15}), "gpu.memory_mib=1000000000000000 is larger than any real value"),
+    (dict(pipeline_parallel_size=4000), "pipeline_parallel_size=4000"),
+    # NaN, infinity, negative, zero.
+    (dict(max_model_len=float("nan")), "max_model_len must be an integer >= 1, got nan"),
+    (dict(gpu={"memory_mib": float("inf")}), "gpu.memory_mib must be an integer >= 1, got inf"),
+    (dict(gpu_memory_utilization=float("nan")), "gpu_memory_utilization must be in (0, 1], got nan"),
+    (dict(max_model_len=-1), "max_model_len must be an integer >= 1, got -1"),
+    (dict(max_num_seqs=0), "max_num_seqs must be an integer >= 1, got 0"),
+    # Configs that ended in a traceback.
+    (
+        dict(model=config(hidden_size=32, head_dim=None)),
+        "model.hidden_size (32) is smaller than model.num_attention_heads (64)",
+    ),
+    (
+        dict(model=config(max_position_embeddings=0), max_model_len=None),
+        "model.max_position_embeddings must be an integer >= 1, got 0",
+    ),
+    (dict(model=config(torch_dtype=["bfloat16"])), "model.torch_dtype ['bfloat16'] is not one of"),
+    (dict(model=config(quantization_config="fp8")), "model.quantization_config must be a mapping"),
+    (dict(model=config(quantization_config={"quant_method": "gptq", "bits": "four"})), "gives 'four' bits per weight"),
+    (dict(model=config(quantization_config={"quant_method": "gptq", "bits": -4})), "gives -4 bits per weight"),
+    (
+        dict(model=config(quantization_config={"quant_method": "compressed-tensors", "config_groups": {"g": "w4a16"}})),
+        "config_groups must map group names to mappings",
+    ),
+    # Accepted, and wrong.
+    (
+        dict(model=config(num_key_value_heads=6)),
+        "model.num_key_value_heads (6) must divide model.num_attention_heads (64)",
+    ),
+    (dict(model=config(num_key_value_heads=128)), "model.num_key_value_heads (128) must divide"),
+    (dict(model=config(tie_word_embeddings="false")), "model.tie_word_embeddings must be true or false, got 'false'"),
+    (dict(model=config(total_bytes=1)), "model.total_bytes=1 is"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), HOSTILE, ids=[message[:48] for _changes, message in HOSTILE])
+def test_hostile_inputs_are_refused_naming_the_option(changes, message):
+    kwargs = dict(model=QWEN3_32B, gpu="rtx-5090", tensor_parallel_size=8, max_model_len=32768)
+    kwargs.update(changes)
+    if kwargs["max_model_len"] is None:
+        del kwargs["max_model_len"]
+    assert message in str(refusal(**kwargs))
+
+
+class CountingEvaluator(_capacity._Evaluator):
+    calls = 0
+
+    def blocks(self, stage, begin, end):
+        CountingEvaluator.calls += 1
+        return super().blocks(stage, begin, end)
+
+
+@pytest.mark.parametrize("pp", [1, 2, 8, 64, 256, 511, 512])
+def test_the_partition_search_costs_about_layers_squared_at_the_largest_model(pp):
+    """At the largest model the planner takes (512 layers), every pipeline size costs at most a
+    few layers-squared evaluations of a stage; the search over every stage length cost pp times
+    that, minutes of CPU for thousands of layers. Counted, not timed."""
+    layers = _capacity.LIMITS["model.num_hidden_layers"]
+    weights = ([1000 + (i % 7) * 10 for i in range(layers)], 5000, 7000, 1.0)
+    ev = CountingEvaluator(weights, pp, lambda used: 10**9 - used, 16, 3)
+    CountingEvaluator.calls = 0
+    parts, target, widest = _capacity.best_partition(ev, layers, pp)
+    assert sum(parts) == layers and len(parts) == pp and min(parts) >= 1
+    assert min(ev.blocks(stage, sum(parts[:stage]), sum(parts[: stage + 1])) for stage in range(pp)) == target
+    assert max(parts) == widest
+    assert CountingEvaluator.calls <= 3 * layers * layers
