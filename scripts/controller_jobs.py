@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -94,6 +95,33 @@ def by_name(content: dict, key: str, name: str) -> dict:
             return item
     known = ", ".join(sorted(item.get("name", "?") for item in content.get(key, [])))
     raise JobError(f"{key}: no {name!r}; known: {known or 'none'}")
+
+
+JINJA = re.compile(r"\{\{|\{%|\{#")
+
+
+def refuse_jinja(where: str, kind: str, variables: dict | None) -> None:
+    """Refuse Jinja in what an operator gives at launch (survey answers, extra vars), as a
+    controller does with its default ALLOW_JINJA_IN_EXTRA_VARS=template: only the template's own
+    extra_vars may be templated, or an answer like {{ lookup('pipe', 'id') }} would run a command
+    on the controller."""
+
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from strings(item)
+
+    for variable, value in (variables or {}).items():
+        if any(JINJA.search(text) for text in strings(value)):
+            raise JobError(
+                f"{where}: {kind} {variable}={value!r} holds Jinja ({{{{, {{% or {{#), which a controller refuses in"
+                " launch-time variables (ALLOW_JINJA_IN_EXTRA_VARS=template); give the plain value"
+            )
 
 
 def survey_answers(template: dict, given: dict | None = None) -> dict:
@@ -279,6 +307,8 @@ def launch(
         raise JobError(f"{name}: playbook {playbook!r} is not in the project {project_dir}")
     if extra_vars and not template.get("ask_variables_on_launch"):
         raise JobError(f"{name}: extra vars at launch need ask_variables_on_launch: true (a controller drops them)")
+    refuse_jinja(name, "the survey answer", answers)
+    refuse_jinja(name, "the launch variable", extra_vars)
     data_dir = Path(data_dir or tempfile.mkdtemp(prefix="gpufleet-job-"))
     env_dir = data_dir / "env"
     env_dir.mkdir(parents=True, exist_ok=True)
@@ -397,6 +427,8 @@ def launch_workflow(
     workflow = by_name(content, "controller_workflows", name)
     if extra_vars and not workflow.get("ask_variables_on_launch"):
         raise JobError(f"{name}: extra vars at launch need ask_variables_on_launch: true (a controller drops them)")
+    refuse_jinja(name, "the survey answer", answers)
+    refuse_jinja(name, "the launch variable", extra_vars)
     handed = {**(workflow.get("extra_vars") or {}), **survey_answers(workflow, answers), **(extra_vars or {})}
     nodes, children, roots = workflow_graph(workflow)
     pending: list[tuple[str, dict]] = [(root, {}) for root in roots]

@@ -353,3 +353,36 @@ def test_a_node_prompt_the_template_does_not_ask_for_is_refused(lab):
 def test_workflow_launch_vars_need_ask_variables_on_launch(lab):
     with pytest.raises(jobs.JobError, match="failing flow: extra vars at launch need ask_variables_on_launch"):
         lab.workflow("failing flow", extra_vars={"x": 1})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind"),
+    [
+        ({"answers": {"overridden": "{{ lookup('ansible.builtin.pipe', 'touch MARKER') }}"}}, "the survey answer"),
+        (
+            {"extra_vars": {"overridden": "{% for x in [1] %}{{ lookup('pipe', 'touch MARKER') }}{% endfor %}"}},
+            "the launch variable",
+        ),
+        ({"extra_vars": {"nested": {"list": ["ok", "{# a comment #}"]}}}, "the launch variable"),
+    ],
+)
+def test_jinja_in_what_the_operator_gives_at_launch_is_refused_before_anything_runs(lab, tmp_path, kwargs, kind):
+    """A controller with its default ALLOW_JINJA_IN_EXTRA_VARS=template refuses it: an answer like
+    {{ lookup('pipe', ...) }} would otherwise run a command on the controller."""
+    marker = tmp_path / "ran"
+    given = {key: {var: _replace(value, marker) for var, value in values.items()} for key, values in kwargs.items()}
+    with pytest.raises(jobs.JobError, match=f"example job: {kind} .* holds Jinja .*give the plain value"):
+        lab("example job", **given)
+    assert not marker.exists()
+    assert not (tmp_path / "job").exists()
+
+
+def _replace(value, marker):
+    if isinstance(value, str):
+        return value.replace("MARKER", str(marker))
+    return value
+
+
+def test_jinja_in_a_workflow_s_launch_answers_is_refused(lab):
+    with pytest.raises(jobs.JobError, match=r"the launch variable wf_var=.* holds Jinja"):
+        lab.workflow("example flow", extra_vars={"wf_var": "{{ 1 + 1 }}"})
