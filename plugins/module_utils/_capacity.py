@@ -541,12 +541,12 @@ class _Evaluator:
 
 
 def _greedy_reach(ev, layers, stages, target, widest):
-    """Ends after each of stages 0..stages-1, each taken as long as it can be (at most ``widest``
+    """Where stages 0..stages-1 end when each is taken as long as it can be (at most ``widest``
     layers, at least ``target`` blocks, one layer left for every later stage of the pipeline), or
     None when a stage cannot hold even one layer. A stage's blocks only fall as it takes more
-    layers, so no partition's first k stages reach further than these: this decides whether a
-    partition exists in O(layers)."""
-    ends, begin = [], 0
+    layers, so no partition's first stages reach further: this decides whether a partition
+    exists in O(layers)."""
+    begin = 0
     for stage in range(stages):
         end = begin
         last = min(layers - (ev.pp - 1 - stage), begin + widest)
@@ -554,17 +554,13 @@ def _greedy_reach(ev, layers, stages, target, widest):
             end += 1
         if end == begin:
             return None
-        ends.append(end)
         begin = end
-    return ends
+    return begin
 
 
 def _fits(ev, layers, pp, target, widest):
-    ends = _greedy_reach(ev, layers, pp - 1, target, widest)
-    if ends is None:
-        return False
-    begin = ends[-1] if ends else 0
-    return layers - begin <= widest and ev.blocks(pp - 1, begin, layers) >= target
+    begin = _greedy_reach(ev, layers, pp - 1, target, widest)
+    return begin is not None and layers - begin <= widest and ev.blocks(pp - 1, begin, layers) >= target
 
 
 def _largest(low, high, ok):

@@ -4,6 +4,7 @@
 help_flags() over real --help captures of the pinned build, check_flags() and rpc_server_argv(),
 and the filters that carry them."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,7 @@ def test_rpc_instances_filter_builds_argv_and_checks_extra_args():
 # Every command the collection tells an operator to run names flags the binary has
 
 COLLECTION = Path(__file__).resolve().parents[4]
-COMMAND = __import__("re").compile(r"`((?:ggml-)?rpc-server|llama-server)((?: [^`]*)?)`")
+COMMAND = re.compile(r"`((?:ggml-)?rpc-server|llama-server)((?: [^`]*)?)`")
 
 
 def told_commands():
