@@ -21,7 +21,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import math
 import re
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _apt_auth
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -90,21 +93,26 @@ def ip_problem(value):
     return None
 
 
-def _port(value):
+def _port(value, options):
     text = str(value)
-    if isinstance(value, bool) or not re.match(r"^[0-9]{1,5}\Z", text) or not 1 <= int(text) <= 65535:
+    low = options.get("min", 1)
+    if isinstance(value, bool) or not re.match(r"^[0-9]{1,5}\Z", text) or not low <= int(text) <= 65535:
+        if low > 1:
+            return "is not a TCP port of %d..65535 (%s)" % (low, options.get("why", "below %d is reserved" % low))
         return "is not a TCP port: use 1..65535"
     return None
 
 
-def _file_name(value):
+def _file_name(value, options):
     text = str(value)
     if not text or text in (".", "..") or "/" in text or _CONTROL.search(text):
         return "is not a file name: no '/', no control characters, not empty, '.' or '..'"
     return None
 
 
-def _text(value):
+def _text(value, options):
+    if isinstance(value, (dict, list, tuple)):
+        return "must be a string, not a %s" % type(value).__name__
     return (
         "contains a control character (a newline starts a new line in the file)"
         if _CONTROL.search(str(value))
@@ -112,22 +120,141 @@ def _text(value):
     )
 
 
-KINDS = {"ip": ip_problem, "port": _port, "file_name": _file_name, "text": _text}
+def _int(value, options):
+    """A whole number in [min, max] (default 0 .. 2**31-1), given as a number or its digits."""
+    low, high = options.get("min", 0), options.get("max", 2**31 - 1)
+    text = str(value).strip()
+    whole = not isinstance(value, (bool, float)) and re.match(r"^-?[0-9]{1,12}\Z", text)
+    if not whole or not low <= int(text) <= high:
+        return "must be a whole number from %d to %d%s" % (low, high, _why(options))
+    return None
+
+
+def _seconds(value, options):
+    """A number of seconds above 0 (fractions allowed), at most max (default a week): a zero,
+    negative, NaN or infinite timeout or interval is never what was meant."""
+    high = options.get("max", 7 * 86400)
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (0 < number <= high):  # False for NaN
+        return "must be a number of seconds above 0 and at most %s%s" % (_number(high), _why(options))
+    return None
+
+
+def _abs_path(value, options):
+    """An absolute path that can stand unquoted in a unit file or a command line."""
+    text = str(value)
+    if isinstance(value, (bool, dict, list, tuple)) or not _ABS_PATH.match(text) or "/../" in text + "/":
+        return (
+            "must be an absolute path of letters, digits and ._+@:/- without '..' (it is written into files "
+            "other programs parse)"
+        )
+    return None
+
+
+def _user(value, options):
+    text = str(value)
+    if isinstance(value, (bool, dict, list, tuple)) or not _USER.match(text):
+        return "is not a user name: a lowercase letter or _, then up to 31 lowercase letters, digits, _ or -"
+    return None
+
+
+def _network(value, options):
+    """An IP network written with its host bits clear (10.0.0.0/8), or one address."""
+    try:
+        ipaddress.ip_network(str(value), strict=True)
+    except ValueError:
+        try:
+            network = ipaddress.ip_network(str(value), strict=False)
+        except ValueError:
+            return "is not an IP address or network such as 10.0.0.0/8"
+        return "has host bits set: write the network as %s (or one address as %s/%d)" % (
+            network,
+            str(value).split("/")[0],
+            network.max_prefixlen,
+        )
+    return None
+
+
+def _url(value, options):
+    schemes = options.get("schemes", ["http", "https"])
+    text = str(value)
+    scheme, sep, rest = text.partition("://")
+    if isinstance(value, (bool, dict, list, tuple)) or not sep or scheme not in schemes or not rest.strip("/"):
+        return "is not a URL of scheme %s" % " or ".join("%s://" % name for name in schemes)
+    if re.search(r"[\x00-\x20\x7f]", text):
+        return "contains a space or a control character; percent-encode it (%20)"
+    return None
+
+
+def _regex(value, options):
+    if not isinstance(value, str):
+        return "must be a regular expression as a string"
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return "is not a regular expression (%s); escape literal characters with \\" % exc
+    return None
+
+
+def _why(options):
+    return " (%s)" % options["why"] if options.get("why") else ""
+
+
+def _number(value):
+    return ("%d" % value) if float(value).is_integer() else ("%s" % value)
+
+
+_ABS_PATH = re.compile(r"^/[A-Za-z0-9._+@:/-]*\Z")
+# shadow-utils' default NAME_REGEX without the trailing $ of machine accounts, at most 32 characters.
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+
+KINDS = {
+    "ip": lambda value, options: ip_problem(value),
+    "port": _port,
+    "file_name": _file_name,
+    "text": _text,
+    "int": _int,
+    "seconds": _seconds,
+    "abs_path": _abs_path,
+    "user": _user,
+    "network": _network,
+    "url": _url,
+    "regex": _regex,
+}
+
+
+def shown(value):
+    """A value as a message shows it: repr, with the password of any URL inside replaced by
+    ********, so a refusal never prints a credential."""
+    return _apt_auth.masked(repr(value)) if isinstance(value, str) else repr(value)
 
 
 def input_problems(checks):
-    """One message per failing [kind, variable name, value] check, each naming the variable and the
-    value; kinds: ip (one IP address), port (1..65535), file_name (one path component), text (no
-    control characters)."""
+    """One message per failing [kind, variable name, value] or [kind, name, value, options] check,
+    each naming the variable and the value (a URL's password masked) and what is allowed.
+
+    Kinds: ip (one IP address), port (1..65535, options min and why), file_name (one path
+    component), text (no control characters), int (options min, max, why; default 0..2**31-1),
+    seconds (above 0, option max, default a week), abs_path (an absolute path that needs no
+    quoting), user (a POSIX user name), network (an IP network with its host bits clear, or one
+    address), url (option schemes, default http and https), regex (a Python regular expression)."""
     problems = []
     for check in checks:
-        if not isinstance(check, (list, tuple)) or len(check) != 3 or check[0] not in KINDS:
+        if (
+            not isinstance(check, (list, tuple))
+            or len(check) not in (3, 4)
+            or check[0] not in KINDS
+            or (len(check) == 4 and not isinstance(check[3], dict))
+        ):
             raise ValueError(
-                "input_problems: each check is [kind, name, value] with kind one of %s, got %r"
-                % (", ".join(KINDS), check)
+                "input_problems: each check is [kind, name, value] or [kind, name, value, options] with kind "
+                "one of %s, got %r" % (", ".join(KINDS), check)
             )
-        kind, name, value = check
-        problem = KINDS[kind](value)
+        kind, name, value = check[:3]
+        problem = KINDS[kind](value, check[3] if len(check) == 4 else {})
         if problem:
-            problems.append("%s=%r %s" % (name, value, problem))
+            problems.append("%s=%s %s" % (name, shown(value), problem))
     return problems

@@ -46,6 +46,57 @@ def test_env_names_must_be_names(name):
         (["file_name", "n", ".."], "n='..' is not a file name"),
         (["file_name", "n", ""], "n='' is not a file name"),
         (["text", "t", "x\ny"], "t='x\\ny' contains a control character"),
+        (["text", "t", ["x"]], "t=['x'] must be a string, not a list"),
+        (
+            ["port", "vllm_master_port", 22, {"min": 1024, "why": "vLLM runs unprivileged"}],
+            "vllm_master_port=22 is not a TCP port of 1024..65535 (vLLM runs unprivileged)",
+        ),
+        (["int", "n", -1, {"min": 1}], "n=-1 must be a whole number from 1 to 2147483647"),
+        (["int", "n", "", {"min": 1}], "n='' must be a whole number from 1 to 2147483647"),
+        (["int", "n", 1.5], "n=1.5 must be a whole number from 0"),
+        (["int", "n", True], "n=True must be a whole number"),
+        (
+            ["int", "n", 10**12, {"max": 10**6, "why": "a million"}],
+            "n=1000000000000 must be a whole number from 0 to 1000000 (a million)",
+        ),
+        (
+            ["seconds", "vllm_ready_timeout", 0],
+            "vllm_ready_timeout=0 must be a number of seconds above 0 and at most 604800",
+        ),
+        (["seconds", "s", -5], "s=-5 must be a number of seconds above 0"),
+        (["seconds", "s", "nan"], "s='nan' must be a number of seconds above 0"),
+        (["seconds", "s", "inf"], "s='inf' must be a number of seconds above 0"),
+        (["seconds", "s", "soon"], "s='soon' must be a number of seconds above 0"),
+        (["seconds", "s", 61, {"max": 60}], "s=61 must be a number of seconds above 0 and at most 60"),
+        (["abs_path", "vllm_venv_root", "opt/venvs"], "vllm_venv_root='opt/venvs' must be an absolute path"),
+        (
+            ["abs_path", "d", "/etc/gpufleet\nExecStartPre=+/bin/sh"],
+            "d='/etc/gpufleet\\nExecStartPre=+/bin/sh' must be an absolute path",
+        ),
+        (["abs_path", "d", "/srv/../etc"], "d='/srv/../etc' must be an absolute path"),
+        (["abs_path", "d", "/srv/a b"], "d='/srv/a b' must be an absolute path"),
+        (["user", "vllm_user", "root\nExecStartPre=+/bin/sh -c 'id > /tmp/pwn'"], 'vllm_user="root\\nExecStartPre'),
+        (["user", "u", "Root"], "u='Root' is not a user name"),
+        (["user", "u", "-x"], "u='-x' is not a user name"),
+        (
+            ["network", "vllm_allowed_clients[0]", "10.0.0.1/8"],
+            "vllm_allowed_clients[0]='10.0.0.1/8' has host bits set: write the network as 10.0.0.0/8 "
+            "(or one address as 10.0.0.1/32)",
+        ),
+        (["network", "n", "10.0.0.0/33"], "n='10.0.0.0/33' is not an IP address or network"),
+        (
+            ["network", "n", "fd00::1/64"],
+            "n='fd00::1/64' has host bits set: write the network as fd00::/64 (or one address as fd00::1/128)",
+        ),
+        (["url", "monitoring_url", "ftp://x"], "monitoring_url='ftp://x' is not a URL of scheme http:// or https://"),
+        (["url", "u", "https://"], "u='https://' is not a URL"),
+        (["url", "u", "https://a b"], "u='https://a b' contains a space"),
+        (
+            ["url", "u", "ftp://user:hunter2@x/m.tar", {"schemes": ["https"]}],
+            "u='ftp://user:********@x/m.tar' is not a URL of scheme https://",
+        ),
+        (["regex", "p", "Xid ("], "p='Xid (' is not a regular expression (missing ), unterminated subpattern"),
+        (["regex", "p", 3], "p=3 must be a regular expression as a string"),
     ],
 )
 def test_input_problems_name_the_variable_and_the_value(check, message):
@@ -54,11 +105,23 @@ def test_input_problems_name_the_variable_and_the_value(check, message):
 
 
 def test_input_problems_of_good_values_are_empty():
-    checks = [["ip", "a", "10.0.0.1"], ["port", "p", "65535"], ["file_name", "n", "fabric-report"], ["text", "t", "x"]]
+    checks = [
+        ["ip", "a", "10.0.0.1"], ["port", "p", "65535"], ["file_name", "n", "fabric-report"], ["text", "t", "x"],
+        ["port", "p", 1024, {"min": 1024}], ["int", "n", "0"], ["int", "n", 7, {"min": 1, "max": 7}],
+        ["seconds", "s", 0.5], ["seconds", "s", "600"], ["abs_path", "d", "/opt/gpufleet-vllm"],
+        ["user", "u", "gpufleet-vllm"], ["user", "u", "_svc"], ["network", "n", "10.0.0.0/8"],
+        ["network", "n", "10.0.0.1"], ["network", "n", "fd00::/64"], ["url", "u", "http://127.0.0.1:9090"],
+        ["url", "u", "file:///srv/m.tar", {"schemes": ["file"]}], ["regex", "r", "NVRM: Xid \\(PCI:"],
+    ]  # fmt: skip
     assert _render.input_problems(checks) == []
 
 
-@pytest.mark.parametrize("check", [["url", "a", "x"], ["ip", "a"], "ip"])
+def test_a_refusal_never_prints_a_url_password():
+    [problem] = _render.input_problems([["abs_path", "vllm_model_url", "https://user:hunter2@h.example/m.tar"]])
+    assert "hunter2" not in problem and "user:********@h.example" in problem
+
+
+@pytest.mark.parametrize("check", [["nope", "a", "x"], ["ip", "a"], "ip", ["int", "a", 1, "min=1"]])
 def test_input_problems_refuse_a_malformed_check(check):
     with pytest.raises(ValueError, match="each check is \\[kind, name, value\\]"):
         _render.input_problems([check])
