@@ -14,7 +14,9 @@ version_added: 0.1.0
 description:
   - Returns C(NAME="value") lines sorted by name, quoted for systemd's C(EnvironmentFile=).
   - Refuses names that are not environment variable names, and values with control characters
-    (a newline would start a new assignment), naming O(origin), the key and the value.
+    (a newline would start a new assignment), naming O(origin), the key and the value; the value
+    of a name that holds a credential by convention (C(TOKEN), C(SECRET), C(PASSWORD),
+    C(API_KEY), C(ACCESS_KEY), C(AUTH) ... anywhere in it) is never shown.
 options:
   _input:
     description: Variable names to values (strings or numbers).
@@ -24,6 +26,14 @@ options:
     description: The role variable the mapping comes from, for messages.
     type: str
     required: true
+  part:
+    description:
+      - C(all) renders every entry; C(public) only the names that do not hold a credential,
+        C(secret) only those that do, so a role can write the secret ones to a file that is
+        neither logged nor diffed. Every entry is checked whichever part is kept.
+    type: str
+    choices: [all, public, secret]
+    default: all
 """
 
 EXAMPLES = r"""
@@ -44,9 +54,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 
 
-def env_file(mapping, origin):
+def env_file(mapping, origin, part="all"):
     try:
-        return "\n".join(_render.env_file(mapping, origin)) + "\n"
+        return "\n".join(_render.env_file(mapping, origin, part)) + "\n"
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

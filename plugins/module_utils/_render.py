@@ -28,20 +28,30 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _apt_aut
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+# Environment names whose value is a credential by convention (HF_TOKEN, AWS_SECRET_ACCESS_KEY,
+# WANDB_API_KEY, PGPASSWORD, ...): their values are never shown in a message and go to a file
+# that is neither logged nor diffed.
+SECRET_NAME = re.compile(r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH)")
 
 
-def check_text(value, origin):
-    """Return value as a string; refuse control characters (newlines, tabs, NUL, ESC, ...)."""
+def check_text(value, origin, secret=False):
+    """Return value as a string; refuse control characters (newlines, tabs, NUL, ESC, ...).
+    With secret, a refusal says how long the value is instead of showing it."""
     if isinstance(value, bool) or value is None or isinstance(value, (dict, list, tuple)):
-        raise ValueError("%s=%r must be a string or a number" % (origin, value))
+        raise ValueError("%s=%s must be a string or a number" % (origin, _hidden(value) if secret else repr(value)))
     text = str(value)
     bad = _CONTROL.search(text)
     if bad:
         raise ValueError(
-            "%s=%r contains the control character %r; newlines and other control characters are "
-            "refused because the value is written into a file another program parses" % (origin, text, bad.group())
+            "%s=%s contains the control character %r; newlines and other control characters are "
+            "refused because the value is written into a file another program parses"
+            % (origin, _hidden(text) if secret else repr(text), bad.group())
         )
     return text
+
+
+def _hidden(value):
+    return "<a secret of %d characters, not shown>" % len(str(value))
 
 
 def env_line(name, value, origin):
@@ -51,15 +61,25 @@ def env_line(name, value, origin):
             "%s: %r is not an environment variable name (letters, digits and _, not starting with a digit)"
             % (origin, name)
         )
-    text = check_text(value, "%s.%s" % (origin, name))
+    text = check_text(value, "%s.%s" % (origin, name), secret=bool(SECRET_NAME.search(name)))
     return '%s="%s"' % (name, text.replace("\\", "\\\\").replace('"', '\\"'))
 
 
-def env_file(mapping, origin):
-    """The lines of an EnvironmentFile, sorted by name; raises on the first bad entry."""
+PARTS = ("all", "public", "secret")
+
+
+def env_file(mapping, origin, part="all"):
+    """The lines of an EnvironmentFile, sorted by name; raises on the first bad entry. part
+    "public" keeps the names SECRET_NAME does not match, "secret" only those; every entry is
+    checked whichever part is kept."""
     if not isinstance(mapping, dict):
         raise ValueError("%s must be a mapping of variable names to values, got %r" % (origin, mapping))
-    return [env_line(name, mapping[name], origin) for name in sorted(mapping)]
+    if part not in PARTS:
+        raise ValueError("env_file: part must be one of %s, got %r" % (", ".join(PARTS), part))
+    lines = [env_line(name, mapping[name], origin) for name in sorted(mapping)]
+    if part == "all":
+        return lines
+    return [line for line in lines if bool(SECRET_NAME.search(line.partition("=")[0])) == (part == "secret")]
 
 
 def exec_word(value, origin):
@@ -199,6 +219,23 @@ def _regex(value, options):
     return None
 
 
+def _serial(value, options):
+    """A play's serial: a batch size (a whole number >= 1 or a percentage 1%..100%), or a list of
+    them for growing batches. Ansible reads 0 and negative numbers as one batch of every host, and
+    fails with a traceback on text."""
+    items = value if isinstance(value, list) and value else [value]
+    for item in items:
+        text = str(item).strip()
+        if isinstance(item, (bool, float, dict, list)) or not re.match(
+            r"^([1-9][0-9]{0,5}|([1-9][0-9]?|100)%)\Z", text
+        ):
+            return (
+                "is not a batch size: give a whole number of hosts >= 1, a percentage such as 20%, or a list of "
+                "them such as [1, '50%', '100%']"
+            )
+    return None
+
+
 def _why(options):
     return " (%s)" % options["why"] if options.get("why") else ""
 
@@ -207,6 +244,7 @@ def _number(value):
     return ("%d" % value) if float(value).is_integer() else ("%s" % value)
 
 
+_BATCH = re.compile(r"^([1-9][0-9]{0,5}|([1-9][0-9]?|100)%)\Z")
 _ABS_PATH = re.compile(r"^/[A-Za-z0-9._+@:/-]*\Z")
 # shadow-utils' default NAME_REGEX without the trailing $ of machine accounts, at most 32 characters.
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
@@ -223,6 +261,7 @@ KINDS = {
     "network": _network,
     "url": _url,
     "regex": _regex,
+    "serial": _serial,
 }
 
 
@@ -240,7 +279,8 @@ def input_problems(checks):
     component), text (no control characters), int (options min, max, why; default 0..2**31-1),
     seconds (above 0, option max, default a week), abs_path (an absolute path that needs no
     quoting), user (a POSIX user name), network (an IP network with its host bits clear, or one
-    address), url (option schemes, default http and https), regex (a Python regular expression)."""
+    address), url (option schemes, default http and https), regex (a Python regular expression),
+    serial (a play's batch size: a whole number >= 1, a percentage or a list of them)."""
     problems = []
     for check in checks:
         if (

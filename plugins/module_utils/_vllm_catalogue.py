@@ -17,6 +17,7 @@ __metaclass__ = type
 
 import difflib
 import json
+import math
 import re
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _render, _vllm_flags_0_32_0, _vllm_flags_0_33_0
@@ -65,6 +66,22 @@ _VALUE_HINTS = {
         re.compile(r"^(critical|error|warning|info|debug|notset)\Z"),
         "vLLM's --log-level takes upper case ({choices}); --uvicorn-log-level takes lower case",
     ),
+}
+
+# Value bounds vLLM's own config classes declare (pydantic Field gt/ge/le), for the flags a serving
+# operator sets. vLLM refuses a value outside them only when the replica starts, after its unit
+# changed and it was restarted; the catalogue's argparse types do not carry them. From vLLM
+# 0.32.0's vllm/config/cache.py, model.py, scheduler.py, offload.py and lora.py (0.33.0 keeps
+# them): flag -> (lower bound, lower bound included, upper bound or None).
+BOUNDS = {
+    "gpu-memory-utilization": (0, False, 1),  # CacheConfig: Field(gt=0, le=1), a fraction of the GPU
+    "block-size": (0, False, None),  # CacheConfig: Field(gt=0)
+    "max-model-len": (-1, True, None),  # ModelConfig: Field(ge=-1); -1 fits the longest the KV cache allows
+    "max-logprobs": (-1, True, None),  # ModelConfig: Field(ge=-1); -1 is no cap
+    "max-num-seqs": (1, True, None),  # SchedulerConfig: Field(ge=1)
+    "max-num-batched-tokens": (1, True, None),  # SchedulerConfig: Field(ge=1)
+    "cpu-offload-gb": (0, True, None),  # OffloadConfig: Field(ge=0)
+    "max-loras": (1, True, None),  # LoRAConfig: Field(ge=1)
 }
 
 _INDEXES = {}
@@ -229,6 +246,18 @@ def _check_json(flag, entry, value):
     return value, None
 
 
+def _bound_problem(flag, value):
+    """What is wrong with a number outside the flag's BOUNDS, or None (a size such as 32k, auto
+    and the other non-numbers pass: they are at least 1)."""
+    if flag not in BOUNDS or not _is_number(value):
+        return None
+    low, included, high = BOUNDS[flag]
+    if math.isnan(value) or (value < low if included else value <= low) or (high is not None and value > high):
+        allowed = "%s %s" % (">=" if included else ">", low) + ("" if high is None else " and <= %s" % high)
+        return "vllm_args: '%s' must be %s (vLLM refuses it when the replica starts), got %r" % (flag, allowed, value)
+    return None
+
+
 def _check_value(flag, entry, value):
     """(value to write, problems) for one flag."""
     kind = entry["type"]
@@ -262,7 +291,7 @@ def _check_value(flag, entry, value):
         return value, []  # --hf-token alone: use the cached login token
     out, problem = _check_scalar(flag, entry, value, kind)
     if problem is None and kind != "bool":
-        problem = _check_choice(flag, entry, out)
+        problem = _check_choice(flag, entry, out) or _bound_problem(flag, out)
     return out, [problem] if problem else []
 
 

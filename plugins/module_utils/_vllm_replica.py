@@ -19,6 +19,8 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
+
 REPLICA_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 # Settings every node of one replica must agree on, with the variable that sets each.
 SHARED = (
@@ -200,6 +202,9 @@ def _networks(values, origin):
                 "%s: %r is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24); fix or remove it"
                 % (origin, value)
             )
+            continue
+        # 10.0.0.1/8 would open the port to all of 10.0.0.0/8: the collection's one rule says so.
+        problems.extend(_render.input_problems([["network", origin, value]]))
     return nets, problems
 
 

@@ -97,6 +97,13 @@ def test_env_names_must_be_names(name):
         ),
         (["regex", "p", "Xid ("], "p='Xid (' is not a regular expression (missing ), unterminated subpattern"),
         (["regex", "p", 3], "p=3 must be a regular expression as a string"),
+        (["serial", "gpufleet_serial", "abc"], "gpufleet_serial='abc' is not a batch size"),
+        (["serial", "gpufleet_serial", 0], "gpufleet_serial=0 is not a batch size"),
+        (["serial", "gpufleet_serial", -1], "gpufleet_serial=-1 is not a batch size"),
+        (["serial", "s", "0%"], "s='0%' is not a batch size"),
+        (["serial", "s", "150%"], "s='150%' is not a batch size"),
+        (["serial", "s", [1, "x"]], "s=[1, 'x'] is not a batch size"),
+        (["serial", "s", []], "s=[] is not a batch size"),
     ],
 )
 def test_input_problems_name_the_variable_and_the_value(check, message):
@@ -111,7 +118,9 @@ def test_input_problems_of_good_values_are_empty():
         ["seconds", "s", 0.5], ["seconds", "s", "600"], ["abs_path", "d", "/opt/gpufleet-vllm"],
         ["user", "u", "gpufleet-vllm"], ["user", "u", "_svc"], ["network", "n", "10.0.0.0/8"],
         ["network", "n", "10.0.0.1"], ["network", "n", "fd00::/64"], ["url", "u", "http://127.0.0.1:9090"],
-        ["url", "u", "file:///srv/m.tar", {"schemes": ["file"]}], ["regex", "r", "NVRM: Xid \\(PCI:"],
+        ["url", "u", "file:///srv/m.tar", {"schemes": ["file"]}], ["serial", "s", 1], ["serial", "s", "20%"],
+        ["serial", "s", "100%"], ["serial", "s", [2, "50%", "100%"]], ["serial", "s", "3"],
+        ["regex", "r", "NVRM: Xid \\(PCI:"],
     ]  # fmt: skip
     assert _render.input_problems(checks) == []
 
@@ -125,3 +134,26 @@ def test_a_refusal_never_prints_a_url_password():
 def test_input_problems_refuse_a_malformed_check(check):
     with pytest.raises(ValueError, match="each check is \\[kind, name, value\\]"):
         _render.input_problems([check])
+
+
+def test_env_file_never_shows_a_secret_value_it_refuses():
+    with pytest.raises(ValueError) as excinfo:
+        _render.env_file({"WANDB_API_KEY": "hunter2\nExecStartPre=+/bin/sh"}, "vllm_env")
+    message = str(excinfo.value)
+    assert "vllm_env.WANDB_API_KEY=<a secret of 29 characters, not shown> contains the control character" in message
+    assert "hunter2" not in message
+
+
+def test_env_file_parts_split_secret_names_from_the_rest():
+    env = {"OMP_NUM_THREADS": "4", "HF_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "k", "PGPASSWORD": "p", "TMPDIR": "/run"}
+    assert _render.env_file(env, "vllm_env", "public") == ['OMP_NUM_THREADS="4"', 'TMPDIR="/run"']
+    secret = ['AWS_SECRET_ACCESS_KEY="k"', 'HF_TOKEN="t"', 'PGPASSWORD="p"']
+    assert _render.env_file(env, "vllm_env", "secret") == secret
+    assert _render.env_file(env, "vllm_env") == sorted(
+        _render.env_file(env, "vllm_env", "public") + _render.env_file(env, "vllm_env", "secret")
+    )
+    # Every entry is checked, also those of the part that is not kept.
+    with pytest.raises(ValueError, match=r"vllm_env\.HF_TOKEN"):
+        _render.env_file({"HF_TOKEN": "a\nb"}, "vllm_env", "public")
+    with pytest.raises(ValueError, match="part must be one of all, public, secret"):
+        _render.env_file(env, "vllm_env", "secrets")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpufleet.inference.plugins.module_utils._vllm_catalogue import (
+    BOUNDS,
     OWNED,
     format_problems,
     load,
@@ -266,6 +267,15 @@ def test_same_flag_twice():
             "'max-model-len' takes an integer or a size such as 32k (x1000) or 32K (x1024) or auto, got str 'long'",
         ),
         ({"gpu-memory-utilization": "0.9"}, "'gpu-memory-utilization' takes a number, got str '0.9'"),
+        (
+            {"gpu-memory-utilization": 1.5},
+            "'gpu-memory-utilization' must be > 0 and <= 1 (vLLM refuses it when the replica starts), got 1.5",
+        ),
+        ({"gpu-memory-utilization": 0}, "'gpu-memory-utilization' must be > 0 and <= 1 (vLLM refuses it"),
+        ({"gpu-memory-utilization": float("nan")}, "'gpu-memory-utilization' must be > 0 and <= 1"),
+        ({"max-model-len": -2}, "'max-model-len' must be >= -1 (vLLM refuses it when the replica starts), got -2"),
+        ({"max-num-seqs": 0}, "'max-num-seqs' must be >= 1 (vLLM refuses it when the replica starts), got 0"),
+        ({"block-size": 0}, "'block-size' must be > 0"),
         ({"tokenizer": ["a"]}, "'tokenizer' takes a string, got list ['a']"),
         (
             {"revision": "main\nrm -rf /"},
@@ -301,7 +311,16 @@ def test_same_flag_twice():
     ],
 )
 def test_value_problems(args, message):
-    assert only_problem(args) == "vllm_args: " + message
+    assert only_problem(args).startswith("vllm_args: " + message)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_bounds_name_real_flags_and_pass_their_edges(version):
+    flags = load(version)["flags"]
+    assert set(BOUNDS) <= set(flags)
+    # The edges vLLM itself accepts: max-model-len -1 (fit the KV cache), a whole GPU, one sequence.
+    config, problems = validate({"max-model-len": -1, "gpu-memory-utilization": 1, "max-num-seqs": 1}, version)
+    assert problems == [] and config["max-model-len"] == -1
 
 
 def test_values_passed_through():

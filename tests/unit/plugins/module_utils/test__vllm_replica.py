@@ -134,3 +134,12 @@ def test_nft_rules_refuse_what_would_be_dropped_silently():
     assert "vllm_api_port=70000 must be a TCP port, 1..65535" in problems
     assert any("vllm_api_allowed_clients: 'beef' is not an IP address or network" in p for p in problems)
     assert any("the ephemeral port range" in p for p in problems)
+
+
+def test_nft_rules_refuse_a_client_network_with_host_bits():
+    # 10.0.0.1/8 reads as one client and opens the API to all of 10.0.0.0/8.
+    _unused, problems = _vllm_replica.nft_rules("t", ["10.0.0.1"], 8000, ["10.0.0.1/8"], {}, [32768, 60999])
+    assert problems == [
+        "vllm_api_allowed_clients='10.0.0.1/8' has host bits set: write the network as 10.0.0.0/8 "
+        "(or one address as 10.0.0.1/32)"
+    ]
