@@ -38,9 +38,16 @@ description:
   - These are inventory host variables, so they beat C(group_vars/) files next to the manifest;
     keep per-host data in the manifest and role settings in C(group_vars/).
   - The manifest is refused, with the key path, the value and the fix, on unknown keys, subnets
-    too small for the reservation, duplicate or out-of-range rack ids and slots, duplicate names,
-    pinned addresses outside their subnet or colliding with another server's, and inconsistent
+    too small for the reservation, overlapping each other or overlapping loopback, link-local,
+    multicast or reserved space, rack blocks that would overlap, duplicate or out-of-range rack ids
+    and slots, hostnames that are not DNS names or that repeat regardless of case, one address on
+    two interfaces (fabric or management, pinned or allocated), no servers at all, and inconsistent
     serving layouts. See docs/topology.md in the collection.
+  - "The plugin wants every file whose name ends in C(topology.yml) or C(topology.yaml), without
+    reading it; one that is empty or lacks C(plugin: gpufleet.inference.topology) is refused with
+    what to add. Through the C(auto) plugin such a file never reaches this plugin, and the C(yaml)
+    or C(ini) plugin reads it as an inventory without hosts: enable this plugin alone in
+    C([inventory] enable_plugins) to make that fatal (docs/topology.md, \"Which files it reads\")."
 requirements:
   - netaddr (on the controller)
 extends_documentation_fragment:
@@ -60,7 +67,10 @@ options:
     required: true
     suboptions:
       subnet:
-        description: The fabric subnet in CIDR notation, for example C(10.20.0.0/24).
+        description:
+          - The fabric subnet in CIDR notation, for example C(10.20.0.0/24).
+          - A subnet overlapping C(0.0.0.0/8), loopback, link-local, multicast, C(240.0.0.0/4), C(::/8)
+            or the deprecated site-local C(fec0::/10) is refused.
         type: str
         required: true
       interface:
@@ -106,13 +116,16 @@ options:
         description:
           - When set, a server without O(racks[].servers[].management_address) gets one allocated
             like its fabric address, and pinned ones must lie inside it.
+          - It may not overlap O(fabric.subnet), nor the blocks refused there.
         type: str
       host_offset:
         description: As O(fabric.host_offset), for the management subnet.
         type: int
         default: 10
       rack_size:
-        description: As O(fabric.rack_size), for the management subnet (with O(fabric.max_racks) racks).
+        description:
+          - As O(fabric.rack_size), for the management subnet (with O(fabric.max_racks) racks).
+          - At least O(fabric.rack_size), or a rack's last slots would take the next rack's addresses.
         type: int
         default: 16
   spines:
@@ -155,7 +168,9 @@ options:
         default: []
         suboptions:
           name:
-            description: Inventory hostname, unique across the manifest (letters, digits, C(.), C(_), C(-)).
+            description:
+              - Inventory hostname, a DNS name (RFC 1123) unique across the manifest regardless of case
+                (dot-separated labels of letters, digits and C(-); not C(all), C(ungrouped) or C(localhost)).
             type: str
             required: true
           slot:
@@ -165,7 +180,8 @@ options:
           management_address:
             description:
               - The address Ansible connects to (C(ansible_host)).
-              - Required unless O(management.subnet) allocates one; unique.
+              - Required unless O(management.subnet) allocates one; unique, and no server's fabric address.
+              - Without O(management.subnet), it may not lie inside O(fabric.subnet).
             type: str
           fabric_address:
             description:
@@ -313,6 +329,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
     NAME = "gpufleet.inference.topology"
 
     def verify_file(self, path):
+        # By name, without reading the file: a file named like a manifest is one, and parse() says
+        # what it lacks; every other file is left to the plugins after this one (docs/topology.md,
+        # "Which files it reads").
         return super().verify_file(path) and path.endswith(("topology.yml", "topology.yaml"))
 
     def parse(self, inventory, loader, path, cache=True):
@@ -328,18 +347,33 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             manifest = loader.load_from_file(path, cache="none", unsafe=True, trusted_as_template=True)
         except Exception as e:
             raise AnsibleParserError(to_native(e)) from e
-        if not isinstance(manifest, Mapping):
-            raise AnsibleParserError("%s: a topology manifest is a mapping, got %s" % (path, type(manifest).__name__))
-        valid_names = getattr(self, "_redirected_names", None) or [self.NAME]
-        if manifest.get("plugin") not in valid_names:
-            raise AnsibleParserError("Incorrect plugin name in file: %s" % manifest.get("plugin", "none found"))
         try:
+            self._is_ours(manifest)
             plan = _topology.plan(dict(manifest), allowed_extra=CONSTRUCTED)
         except _topology.TopologyError as e:
             raise AnsibleParserError("%s: %s" % (path, to_native(e))) from e
         # Only now: the manifest's own checks give clearer messages than option type errors.
         self.set_options(direct=manifest, var_options=self._vars)
         self._populate(plan)
+
+    def _is_ours(self, manifest):
+        """Refuse a file named like a manifest that does not say it is one, saying what to add."""
+        add = "add the line `plugin: %s` at the top of the manifest" % self.NAME
+        if manifest is None:
+            raise _topology.TopologyError("", None, "the file is empty", add + ", then fabric and racks")
+        if not isinstance(manifest, Mapping):
+            raise _topology.TopologyError("", manifest, "must be a mapping", add + ", then fabric and racks as keys")
+        plugin = manifest.get("plugin")
+        if plugin is None:
+            raise _topology.TopologyError("plugin", None, "is required: it says which plugin reads the file", add)
+        if plugin not in (getattr(self, "_redirected_names", None) or [self.NAME]):
+            raise _topology.TopologyError(
+                "plugin",
+                plugin,
+                "is not %s" % self.NAME,
+                "write `plugin: %s` if this is a topology manifest; give another plugin's file a name that does "
+                "not end in topology.yml or topology.yaml" % self.NAME,
+            )
 
     def _populate(self, plan):
         for group in plan["groups"]:

@@ -12,7 +12,8 @@ host_offset + (rack.id - 1) * rack_size + slot), the rule of netaddr's IPNetwork
 ansible.utils.nthhost. Rack ids and slots are explicit and max_racks * rack_size addresses are
 reserved up front, so adding a server or a rack never renumbers the others (the failure mode that
 index-based allocation has, e.g. https://github.com/aristanetworks/avd/issues/744). Pinned
-addresses are allowed (brownfield) and every collision is refused, never warned about.
+addresses are allowed (brownfield) and every collision is refused, never warned about: an address
+is one interface of the cluster, whichever network it is on.
 
 Controller-side only (Python 3.11); netaddr is a controller requirement (requirements.txt).
 """
@@ -31,8 +32,18 @@ except ImportError:  # the plugin turns this into an error that says how to inst
 
 HAS_NETADDR = netaddr is not None
 
-# Inventory hostnames (and rack, leaf and spine names).
+# Rack, leaf, spine and topology names.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+# Inventory hostnames are DNS names (RFC 1123 2.1): dot-separated labels of 1 to 63 letters, digits
+# and '-' that neither start nor end with '-', at most 253 characters in all. The last label is not
+# all digits (RFC 3696 2): inet_aton() reads "1234" and "10.1" as IPv4 addresses.
+LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+HOSTNAME_MAX = 253
+RESERVED_HOSTNAMES = {
+    "all": "is the group of every host in any Ansible inventory, so the pattern all would not mean this server",
+    "ungrouped": "is an Ansible group every inventory has, so the pattern ungrouped would not mean this server",
+    "localhost": "names the local machine for Ansible and for every resolver (RFC 6761 6.3)",
+}
 # The gpufleet.inference.vllm role's rule for vllm_replica (roles/vllm/meta/argument_specs.yml).
 REPLICA = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
 # Linux interface names: at most 15 bytes, no '/', ':' or whitespace (dev_valid_name() in
@@ -45,6 +56,39 @@ DEFAULT_MTU = 9000
 DEFAULT_HOST_OFFSET = 10
 DEFAULT_RACK_SIZE = 16
 DEFAULT_MAX_RACKS = 8
+
+
+def _blocks(*table):
+    """(network, what) pairs, parsed once."""
+    return tuple((netaddr.IPNetwork(block), what) for block, what in table) if HAS_NETADDR else ()
+
+
+# Address blocks no host interface is numbered from (the IANA IPv4 and IPv6 Special-Purpose
+# Address Registries, RFC 6890, and RFC 4291): a fabric or management subnet that overlaps one is
+# refused. ::/8 holds the unspecified, loopback and IPv4-mapped addresses.
+SPECIAL_SUBNETS = _blocks(
+    ("0.0.0.0/8", "'this network', a source address only (RFC 791 3.2, RFC 1122 3.2.1.3)"),
+    ("127.0.0.0/8", "loopback (RFC 1122 3.2.1.3)"),
+    ("169.254.0.0/16", "link-local (RFC 3927)"),
+    ("224.0.0.0/4", "multicast (RFC 5771)"),
+    ("240.0.0.0/4", "reserved, with the limited broadcast address (RFC 1112 4, RFC 919 7)"),
+    ("::/8", "reserved by the IETF, with the unspecified, loopback and IPv4-mapped addresses (RFC 4291 2.4, 2.5)"),
+    ("fe80::/10", "link-local (RFC 4291 2.5.6)"),
+    ("fec0::/10", "deprecated site-local (RFC 3879)"),
+    ("ff00::/8", "multicast (RFC 4291 2.7)"),
+)
+# A pinned management address outside any declared subnet may be loopback (a lab that reaches
+# containers through forwarded ports), but never an address no host can be reached at.
+UNREACHABLE = _blocks(
+    ("0.0.0.0/8", "'this network', a source address only (RFC 791 3.2, RFC 1122 3.2.1.3)"),
+    ("224.0.0.0/4", "multicast (RFC 5771)"),
+    ("240.0.0.0/4", "reserved, with the limited broadcast address (RFC 1112 4, RFC 919 7)"),
+    ("::/128", "the unspecified address (RFC 4291 2.5.2)"),
+    ("ff00::/8", "multicast (RFC 4291 2.7)"),
+)
+PRIVATE_FIX = (
+    "use a private subnet: 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918), or a /64 of fd00::/8 (RFC 4193)"
+)
 
 KEYS = {
     "": ("plugin", "name", "fabric", "management", "spines", "racks", "serving", "operations", "vars"),
@@ -157,6 +201,25 @@ def _name(value, path, what):
     return str(value)
 
 
+def _hostname(value, path):
+    if (
+        not isinstance(value, str)
+        or len(value) > HOSTNAME_MAX
+        or not all(LABEL.match(label) for label in value.split("."))
+        or value.rsplit(".", 1)[-1].isdigit()
+    ):
+        raise TopologyError(
+            path,
+            value,
+            "is not a valid hostname",
+            "use dot-separated labels of 1 to 63 letters, digits and '-' that neither start nor end with '-', "
+            "253 characters at most, the last label not all digits (RFC 1123 2.1)",
+        )
+    if value.lower() in RESERVED_HOSTNAMES:
+        raise TopologyError(path, value, "is reserved: it " + RESERVED_HOSTNAMES[value.lower()], "rename the server")
+    return str(value)
+
+
 def _group(prefix, name):
     return prefix + re.sub(r"[^A-Za-z0-9_]", "_", name)
 
@@ -187,7 +250,15 @@ def _network(value, path):
         raise TopologyError(path, value, "is not a subnet in CIDR notation", "write it like 10.20.0.0/24") from None
     if network.ip != network.network:
         raise TopologyError(path, value, "has host bits set", "write the network address, %s" % network.cidr)
+    for block, what in SPECIAL_SUBNETS:
+        if _overlaps(network, block):
+            raise TopologyError(path, value, "overlaps %s, %s" % (block, what), PRIVATE_FIX)
     return network.cidr
+
+
+def _overlaps(one, other):
+    """Whether two networks share an address (CIDR blocks are nested or apart)."""
+    return one.version == other.version and one.first <= other.last and other.first <= one.last
 
 
 def _last_usable(network):
@@ -195,12 +266,25 @@ def _last_usable(network):
     return network.size - 2 if network.version == 4 else network.size - 1
 
 
-def _reserve(block, path, network, max_racks):
-    """host_offset and rack_size of a block, refusing a subnet too small for max_racks racks."""
+def _reserve(block, path, network, max_racks, slots=None):
+    """host_offset and rack_size of a block, refusing a subnet too small for max_racks racks.
+
+    slots: the highest slot (fabric.rack_size) when the block is not the fabric's. A rack_size
+    below it would give a rack's last slots the next rack's addresses, and the last rack's would
+    run past the reservation.
+    """
     host_offset = _int(
         block, "host_offset", path, DEFAULT_HOST_OFFSET, 0, 2**31, "use a non-negative number of addresses to skip"
     )
     rack_size = _int(block, "rack_size", path, DEFAULT_RACK_SIZE, 1, 2**31, "reserve at least one address per rack")
+    if slots is not None and rack_size < slots:
+        raise TopologyError(
+            _join(path, "rack_size"),
+            rack_size,
+            "is smaller than fabric.rack_size %d, so slots %d..%d of a rack would take the next rack's %s addresses"
+            % (slots, rack_size + 1, slots, path),
+            "set %s to at least %d, or lower fabric.rack_size" % (_join(path, "rack_size"), slots),
+        )
     needs = host_offset + max_racks * rack_size
     has = _last_usable(network)
     if needs > has:
@@ -223,7 +307,7 @@ def _address(value, path, network, network_key):
     except (netaddr.AddrFormatError, ValueError, TypeError):
         raise TopologyError(path, value, "is not an IP address", "write a single address like 10.20.0.11") from None
     if network is None:
-        return address
+        return _reachable(address, value, path)
     if address not in network:
         raise TopologyError(
             path,
@@ -238,6 +322,23 @@ def _address(value, path, network, network_key):
             "is the %s address of %s" % ("network" if address == network.network else "broadcast", network),
             "pin a host address of %s, or remove the key to allocate one" % network,
         )
+    return address
+
+
+def _reachable(address, value, path):
+    """A pinned address outside any declared subnet: one a host can be reached at."""
+    if address.version == 6 and address.is_ipv4_mapped():
+        raise TopologyError(
+            path,
+            value,
+            "is an IPv4-mapped IPv6 address (RFC 4291 2.5.5.2)",
+            "write %s, the IPv4 address itself" % address.ipv4(),
+        )
+    for block, what in UNREACHABLE:
+        if address in block:
+            raise TopologyError(
+                path, value, "is in %s, %s" % (block, what), "pin the address the server is reached at over SSH"
+            )
     return address
 
 
@@ -330,7 +431,7 @@ def _fabric(manifest):
     }
 
 
-def _management(manifest, max_racks):
+def _management(manifest, fabric):
     block = manifest.get("management")
     if block is None:
         return None
@@ -339,7 +440,15 @@ def _management(manifest, max_racks):
     if block.get("subnet") is None:
         return None
     network = _network(block["subnet"], "management.subnet")
-    host_offset, rack_size = _reserve(block, "management", network, max_racks)
+    if _overlaps(network, fabric["network"]):
+        raise TopologyError(
+            "management.subnet",
+            block["subnet"],
+            "overlaps fabric.subnet %s: each server would have two interfaces on one subnet, and the kernel may "
+            "send fabric traffic out of the management NIC" % fabric["network"],
+            "give the management network a subnet apart from the fabric's",
+        )
+    host_offset, rack_size = _reserve(block, "management", network, fabric["max_racks"], fabric["rack_size"])
     return {"network": network, "host_offset": host_offset, "rack_size": rack_size}
 
 
@@ -374,25 +483,45 @@ def _claim(taken, address, path, host, how):
     taken[address] = (path, host, how)
 
 
-def _allocate(servers, key, block, network_key):
-    """Addresses of every server for one network: allocated ones first, then the pinned ones,
-    so a collision is always reported on the pinned server that causes it."""
+def _addresses(servers, fabric, management):
+    """The fabric and management address of every server. One address is one interface of the
+    cluster, so the two networks share one register: a management address that is a fabric address
+    (another server's or its own) is refused like two servers with one fabric address. Allocated
+    addresses are claimed first and the pinned ones after them, so a collision is always reported
+    on the pinned server that causes it. A dict, never pairs of servers: linear in the servers."""
     taken = {}
-    for server in servers:
-        if server["pinned"][key] is None:
-            index = block["host_offset"] + (server["rack_id"] - 1) * block["rack_size"] + server["slot"]
-            address = block["network"][index]
-            server["address"][key] = address
-            how = "allocated from rack %d slot %d" % (server["rack_id"], server["slot"])
-            _claim(taken, address, server["path"] + "." + key, server["name"], how)
-    for server in servers:
-        value = server["pinned"][key]
-        if value is not None:
+    networks = (
+        ("fabric_address", fabric, "fabric.subnet"),
+        ("management_address", management, "management.subnet"),
+    )
+    for key, block, _network_key in networks:
+        if block is None:
+            continue
+        for server in servers:
+            if server["pinned"][key] is None:
+                # Always inside the reservation _reserve checked: slot <= fabric.rack_size <= rack_size.
+                index = block["host_offset"] + (server["rack_id"] - 1) * block["rack_size"] + server["slot"]
+                address = block["network"][index]
+                server["address"][key] = address
+                how = "allocated from rack %d slot %d" % (server["rack_id"], server["slot"])
+                _claim(taken, address, server["path"] + "." + key, server["name"], how)
+    for key, block, network_key in networks:
+        for server in servers:
+            value = server["pinned"][key]
+            if value is None:
+                continue
             path = server["path"] + "." + key
-            network = block["network"] if block else None
-            address = _address(value, path, network, network_key)
+            address = _address(value, path, block["network"] if block else None, network_key)
             server["address"][key] = address
             _claim(taken, address, path, server["name"], "pinned")
+            if block is None and address in fabric["network"]:
+                raise TopologyError(
+                    path,
+                    value,
+                    "is inside fabric.subnet %s: the management interface would share the fabric's subnet"
+                    % fabric["network"],
+                    "pin the server's address on the management network, or set management.subnet",
+                )
 
 
 def _rack(rack, path, fabric, rack_ids, rack_groups):
@@ -436,10 +565,19 @@ def _server(server, path, entry, fabric, management, hosts, slots):
     """One server of a rack, before its addresses are known."""
     _mapping(server, path, "a server")
     _keys(server, path, "server", required=("name", "slot"))
-    host = _name(server["name"], path + ".name", "hostname")
-    if host in hosts:
-        raise TopologyError(path + ".name", host, "is already %s" % hosts[host], "give each server its own name")
-    hosts[host] = path
+    host = _hostname(server["name"], path + ".name")
+    if host.lower() in hosts:
+        other_path, other = hosts[host.lower()]
+        if other == host:
+            raise TopologyError(path + ".name", host, "is already %s" % other_path, "give each server its own name")
+        raise TopologyError(
+            path + ".name",
+            host,
+            "differs from %s (%s) only in case: DNS names are case-insensitive (RFC 4343), so both name one host"
+            % (other, other_path),
+            "give each server its own name",
+        )
+    hosts[host.lower()] = (path, host)
     slot = _int(
         server,
         "slot",
@@ -501,8 +639,14 @@ def _racks(manifest, fabric, management):
             servers.append(_server(server, spath, entry, fabric, management, hosts, slots))
             entry["servers"].append(servers[-1]["name"])
         result.append(entry)
-    _allocate(servers, "fabric_address", fabric, "fabric.subnet")
-    _allocate(servers, "management_address", management, "management.subnet")
+    if not servers:
+        raise TopologyError(
+            "racks",
+            racks,
+            "declares no servers",
+            "list the servers under racks[].servers: an empty inventory runs nothing",
+        )
+    _addresses(servers, fabric, management)
     return result, servers
 
 
@@ -627,7 +771,7 @@ def plan(manifest, allowed_extra=()):
     if name is not None:
         name = _name(name, "name", "topology name")
     fabric = _fabric(manifest)
-    management = _management(manifest, fabric["max_racks"])
+    management = _management(manifest, fabric)
     spines = _spines(manifest)
     racks, servers = _racks(manifest, fabric, management)
     replicas, clusters = _serving(manifest, {server["name"] for server in servers})

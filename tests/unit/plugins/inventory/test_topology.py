@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("netaddr")
 
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.inventory.data import InventoryData
 from ansible.parsing.dataloader import DataLoader
 from ansible_collections.gpufleet.inference.plugins.inventory.topology import InventoryModule
@@ -59,12 +59,13 @@ compose:
 """
 
 
-def ansible_inventory(*args):
+def ansible_inventory(*args, **environ):
     """Run ansible-inventory from the checkout (its ansible.cfg) with unparsable sources fatal."""
     exe = Path(sys.executable).with_name("ansible-inventory")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.inventory"]
     collections = REPO.parents[2] if REPO.parent.parent.name == "ansible_collections" else REPO / "collections"
     env = dict(os.environ, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true", ANSIBLE_COLLECTIONS_PATH=str(collections))
+    env.update(environ)
     return subprocess.run([*argv, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -161,4 +162,56 @@ def test_missing_netaddr_names_the_install(tmp_path, monkeypatch):
     path.write_text(MANIFEST)
     monkeypatch.setattr(_topology, "HAS_NETADDR", False)
     with pytest.raises(AnsibleError, match="pip install netaddr"):
+        InventoryModule().parse(InventoryData(), DataLoader(), str(path))
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "(manifest) = null: the file is empty"),
+        ("# only a comment\n", "(manifest) = null: the file is empty"),
+        (MANIFEST.replace("plugin: gpufleet.inference.topology\n", ""), "plugin = null: is required"),
+    ],
+)
+def test_a_file_of_ours_without_the_plugin_line_says_what_to_add(tmp_path, text, problem):
+    path = tmp_path / "topology.yml"
+    path.write_text(text)
+    plugin = InventoryModule()
+    assert plugin.verify_file(str(path))
+    with pytest.raises(AnsibleParserError) as excinfo:
+        plugin.parse(InventoryData(), DataLoader(), str(path))
+    message = str(excinfo.value)
+    assert message.startswith(f"{path}: {problem}"), message
+    assert "add the line `plugin: gpufleet.inference.topology`" in message
+
+
+def test_a_file_of_ours_for_another_plugin_names_it(tmp_path):
+    path = tmp_path / "cloud-topology.yml"
+    path.write_text("plugin: amazon.aws.aws_ec2\nregions: [eu-west-1]\n")
+    with pytest.raises(AnsibleParserError) as excinfo:
+        InventoryModule().parse(InventoryData(), DataLoader(), str(path))
+    assert "plugin = 'amazon.aws.aws_ec2': is not gpufleet.inference.topology" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("text", ["", MANIFEST.replace("plugin: gpufleet.inference.topology\n", "")])
+def test_with_the_plugin_enabled_an_empty_or_plugin_less_manifest_fails_the_run(tmp_path, text):
+    """Through auto these files never reach the plugin (docs/topology.md, "Which files it reads");
+    enabled by name, it is the only plugin that reads them and the run stops."""
+    path = tmp_path / "topology.yml"
+    path.write_text(text)
+    result = ansible_inventory("-i", str(path), "--graph", ANSIBLE_INVENTORY_ENABLED="gpufleet.inference.topology")
+    assert result.returncode != 0
+    assert "add the line `plugin: gpufleet.inference.topology`" in result.stderr
+
+
+def test_a_management_block_too_small_is_a_parser_error_not_a_traceback(tmp_path):
+    path = tmp_path / "topology.yml"
+    path.write_text(
+        MANIFEST.replace(
+            "subnet: 192.0.2.0/24\n  host_offset: 0\n  rack_size: 30", "subnet: 192.0.2.0/26\n  rack_size: 6"
+        )
+        .replace("id: 2", "id: 8")
+        .replace("slot: 3", "slot: 16")
+    )
+    with pytest.raises(AnsibleParserError, match=r"management.rack_size = 6: is smaller than fabric.rack_size 16"):
         InventoryModule().parse(InventoryData(), DataLoader(), str(path))

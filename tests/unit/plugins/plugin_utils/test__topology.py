@@ -611,3 +611,192 @@ def test_group_all_s_summary_does_not_grow_with_the_servers():
     small, large = summary(1), summary(12)
     assert large["counts"] == {"servers": 192, "gpus": 1536, "racks": 12, "vllm_replicas": 12, "llama_cpp_clusters": 0}
     assert len(json.dumps(large)) - len(json.dumps(small)) < 16
+
+
+# --- hostile manifests: what netaddr or Ansible would accept and the cluster cannot run --------
+
+
+def test_a_management_block_that_cannot_hold_the_last_rack_is_refused_not_a_traceback():
+    # Rack 8 slot 16 is management host 10 + 7 * 6 + 16 = 68 of a /26 (62 hosts): it was an
+    # IndexError from netaddr with no key path.
+    data = manifest(serving={})
+    data["management"] = {"subnet": "192.168.10.0/26", "rack_size": 6}
+    data["racks"] = [{"name": "r8", "id": 8, "servers": [{"name": "gpu01", "slot": 16}]}]
+    message = refused(data, "management.rack_size")
+    assert "is smaller than fabric.rack_size 16" in message
+    assert "set management.rack_size to at least 16" in message
+
+
+def test_a_management_rack_size_smaller_than_the_fabric_s_is_refused():
+    # With 8 management addresses per rack, rack 1 slot 9 takes rack 2 slot 1's address
+    # (192.168.10.19), whether or not that slot is filled yet.
+    data = manifest(serving={})
+    data["management"]["rack_size"] = 8
+    data["racks"][0]["servers"] = [{"name": "gpu09", "slot": 9}]
+    message = refused(data, "management.rack_size")
+    assert "slots 9..16 of a rack would take the next rack's management addresses" in message
+    data["management"]["rack_size"] = 16
+    assert _topology.plan(data)["hosts"]["gpu09"]["ansible_host"] == "192.168.10.19"
+
+
+@pytest.mark.parametrize("subnet", ["10.20.0.0/24", "10.20.0.0/25", "10.20.0.128/25", "10.0.0.0/8", "10.20.0.0/16"])
+def test_overlapping_fabric_and_management_subnets_are_refused(subnet):
+    data = manifest()
+    data["management"]["subnet"] = subnet
+    data["management"]["host_offset"] = 0
+    message = refused(data, "management.subnet")
+    assert "overlaps fabric.subnet 10.20.0.0/24" in message
+
+
+def test_a_management_subnet_of_the_other_ip_version_does_not_overlap():
+    data = manifest()
+    data["management"]["subnet"] = "fd00:10::/64"
+    assert _topology.plan(data)["hosts"]["gpu01"]["ansible_host"] == "fd00:10::b"
+
+
+def test_a_pinned_management_address_that_is_another_server_s_fabric_address_is_refused():
+    data = manifest()
+    del data["management"]
+    for index, entry in enumerate(data["racks"][0]["servers"]):
+        entry["management_address"] = f"192.0.2.{index + 1}"
+    server(data, 0, 3)["management_address"] = "10.20.0.12"
+    message = refused(data, "racks[0].servers[3].management_address")
+    assert "is already the address of gpu02 (racks[0].servers[1].fabric_address, allocated from rack 1 slot 2)" in (
+        message
+    )
+    # A fabric pin is an interface too.
+    server(data, 0, 3)["management_address"] = "192.0.2.4"
+    server(data, 0, 0)["fabric_address"] = "10.20.0.200"
+    server(data, 0, 5)["management_address"] = "10.20.0.200"
+    assert "gpu01 (racks[0].servers[0].fabric_address, pinned)" in refused(
+        data, "racks[0].servers[5].management_address"
+    )
+
+
+def test_a_server_s_management_address_may_not_be_its_own_fabric_address():
+    data = manifest()
+    del data["management"]
+    for index, entry in enumerate(data["racks"][0]["servers"]):
+        entry["management_address"] = f"192.0.2.{index + 1}"
+    server(data, 0, 0)["management_address"] = "10.20.0.11"
+    assert "is already the address of gpu01 (racks[0].servers[0].fabric_address" in refused(
+        data, "racks[0].servers[0].management_address"
+    )
+
+
+def test_a_pinned_management_address_inside_the_fabric_subnet_is_refused():
+    data = manifest()
+    del data["management"]
+    for index, entry in enumerate(data["racks"][0]["servers"]):
+        entry["management_address"] = f"192.0.2.{index + 1}"
+    server(data, 0, 6)["management_address"] = "10.20.0.250"
+    assert "is inside fabric.subnet 10.20.0.0/24" in refused(data, "racks[0].servers[6].management_address")
+
+
+@pytest.mark.parametrize(
+    ("subnet", "block"),
+    [
+        ("0.0.0.0/0", "0.0.0.0/8"),
+        ("0.0.0.0/8", "0.0.0.0/8"),
+        ("127.0.0.0/8", "127.0.0.0/8"),
+        ("127.20.0.0/24", "127.0.0.0/8"),
+        ("169.254.0.0/16", "169.254.0.0/16"),
+        ("224.0.0.0/4", "224.0.0.0/4"),
+        ("239.20.0.0/24", "224.0.0.0/4"),
+        ("240.0.0.0/4", "240.0.0.0/4"),
+        ("255.255.255.0/24", "240.0.0.0/4"),
+        ("128.0.0.0/1", "169.254.0.0/16"),
+        ("::/0", "::/8"),
+        ("::ffff:10.20.0.0/120", "::/8"),
+        ("fe80::/64", "fe80::/10"),
+        ("fec0::/64", "fec0::/10"),
+        ("ff02::/64", "ff00::/8"),
+    ],
+)
+@pytest.mark.parametrize("key", ["fabric", "management"])
+def test_subnets_no_host_interface_can_use_are_refused(key, subnet, block):
+    data = manifest()
+    data[key]["subnet"] = subnet
+    message = refused(data, key + ".subnet")
+    assert f"overlaps {block}" in message
+    assert "(RFC " in message
+    assert "10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16" in message
+
+
+@pytest.mark.parametrize("subnet", ["10.0.0.0/8", "172.16.0.0/12", "100.64.0.0/10", "fd00:20::/64", "2001:db8::/64"])
+def test_ordinary_subnets_are_kept(subnet):
+    data = manifest()
+    data["fabric"]["subnet"] = subnet
+    _topology.plan(data)
+
+
+@pytest.mark.parametrize(
+    "address", ["0.0.0.0", "0.1.2.3", "224.0.0.1", "239.1.1.1", "240.0.0.1", "255.255.255.255", "::", "ff02::1"]
+)
+def test_pinned_management_addresses_no_host_can_have_are_refused(address):
+    data = manifest()
+    del data["management"]
+    for index, entry in enumerate(data["racks"][0]["servers"]):
+        entry["management_address"] = f"192.0.2.{index + 1}"
+    server(data, 0, 1)["management_address"] = address
+    assert "is in " in refused(data, "racks[0].servers[1].management_address")
+
+
+def test_ipv4_mapped_management_addresses_are_refused_with_the_ipv4_form():
+    data = manifest()
+    del data["management"]
+    for index, entry in enumerate(data["racks"][0]["servers"]):
+        entry["management_address"] = f"192.0.2.{index + 1}"
+    server(data, 0, 1)["management_address"] = "::ffff:192.0.2.99"
+    assert "write 192.0.2.99" in refused(data, "racks[0].servers[1].management_address")
+
+
+def test_hostnames_that_differ_only_in_case_are_refused():
+    data = manifest()
+    data["racks"].append({"name": "r2", "id": 2, "servers": [{"name": "GPU03", "slot": 1}]})
+    message = refused(data, "racks[1].servers[0].name")
+    assert "differs from gpu03 (racks[0].servers[2]) only in case" in message
+    assert "RFC 4343" in message
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpu_01",
+        "gpu-",
+        "gpu01.",
+        ".gpu01",
+        "gpu..01",
+        "gpu01.-lab",
+        "a" * 64,
+        "1234",
+        "10.20.0.1",
+        "gpu01.123",
+        ".".join(["a" * 63] * 4),
+    ],
+)
+def test_hostnames_that_are_not_dns_names_are_refused(name):
+    data = manifest(serving={})
+    server(data, 0, 0)["name"] = name
+    message = refused(data, "racks[0].servers[0].name")
+    assert "is not a valid hostname" in message
+
+
+@pytest.mark.parametrize("name", ["all", "ungrouped", "localhost", "LocalHost"])
+def test_hostnames_ansible_or_dns_reserve_are_refused(name):
+    data = manifest(serving={})
+    server(data, 0, 0)["name"] = name
+    assert "is reserved" in refused(data, "racks[0].servers[0].name")
+
+
+@pytest.mark.parametrize("name", ["gpu01.example.com", "0gpu", "x", "a" * 63, "GPU-01", "node-1.r2.dc1"])
+def test_dns_hostnames_are_kept(name):
+    data = manifest(serving={})
+    server(data, 0, 0)["name"] = name
+    assert name in _topology.plan(data)["hosts"]
+
+
+def test_a_manifest_without_servers_is_refused():
+    data = manifest(serving={})
+    data["racks"] = [{"name": "r1", "id": 1}, {"name": "r2", "id": 2, "servers": []}]
+    assert "declares no servers" in refused(data, "racks")
