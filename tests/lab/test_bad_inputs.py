@@ -24,6 +24,8 @@ SUITE = REPO / "tests" / "bad_inputs"
 # cases.yml, plus a cases-<topic>.yml per topic, so that work on two roles edits two files.
 CASES = [case for path in sorted(SUITE.glob("cases*.yml")) for case in yaml.safe_load(path.read_text())]
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+# Entry points other than main that a case may run: they change no host.
+READ_ONLY_ENTRIES = {"plan"}
 
 
 def case_id(case):
@@ -62,6 +64,7 @@ def results(tmp_path_factory):
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
             "gpufleet_case_role": role,
+            "gpufleet_case_entry": case.get("entry", "main"),
             "gpufleet_case_specs": str(REPO / "roles" / role / "meta" / "argument_specs.yml"),
             "gpufleet_case_vars": sorted(case.get("vars", {})),
             **case.get("vars", {}),
@@ -108,6 +111,13 @@ def test_good_input_passes_the_same_checks(results, case):
     result = results[case["id"]]
     blocked = result["refused"] and (result["task"] in case["accept"] or result["task"].startswith("Validate the case"))
     assert not blocked, f"{case['id']} refused by '{result['task']}':\n{result['msg']}"
+
+
+@pytest.mark.parametrize("entry", sorted({case["entry"] for case in CASES if "entry" in case}))
+def test_other_entry_points_change_nothing(entry):
+    # A case may run a read-only entry point instead of the preflight: it must be one that
+    # computes on the controller and changes no host (vllm's plan writes its report there).
+    assert entry in READ_ONLY_ENTRIES, f"entry {entry!r} is not a known read-only entry point"
 
 
 @pytest.mark.parametrize("role", sorted({case["role"] for case in CASES}))
