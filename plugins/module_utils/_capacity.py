@@ -16,13 +16,22 @@ the CUDA 0.33 build shares it), so that the figures it returns are the ones ``vl
   and ``MLAAttentionSpec``; vllm/config/model.py ``get_num_kv_heads``): MLA stores one latent of
   ``kv_lora_rank + qk_rope_head_dim`` per token, not K and V, and every TP rank holds all of it;
   GQA/MHA stores K and V of ``max(1, num_key_value_heads // tp)`` heads of ``head_dim``.
-- Blocks (vllm/v1/core/kv_cache_utils.py ``get_kv_cache_config_from_groups``,
-  ``get_kv_cache_configs``): ``budget // (block_size * bytes_per_token_layer * layers)`` per
-  stage, then the minimum over all ranks, so the weakest pipeline stage caps the replica.
+- KV cache groups (vllm/v1/core/kv_cache_utils.py ``get_kv_cache_groups``,
+  ``_get_kv_cache_groups_uniform_page_size``): when full-attention layers are mixed with
+  sliding-window or chunked-local ones (which layers, per model: ``attention_layers``), the hybrid
+  KV cache manager splits each kind into groups of equal size, and a block holds one page per
+  layer of the largest group only. With ``--disable-hybrid-kv-cache-manager``
+  (``unify_hybrid_kv_cache_specs``) every layer is allocated as full attention: one group.
+- Blocks (``get_kv_cache_config_from_groups``, ``get_kv_cache_configs``): ``budget //
+  (block_size * bytes_per_token_layer * layers of the stage's largest group)`` per stage (all the
+  stage's layers when there is one group), then the minimum over all ranks, so the weakest
+  pipeline stage caps the replica.
 - Concurrency and the logged size (``get_max_concurrency_for_kv_cache_config``,
-  ``get_kv_cache_capacity``): ``num_blocks / ceil(max_model_len / block_size)``, and the
-  "KV cache size: N tokens" line is ``int(concurrency * max_model_len)``, which is less than
-  ``num_blocks * block_size`` when max_model_len is not a multiple of the block size.
+  ``get_kv_cache_capacity``): ``num_blocks`` over the blocks one request of max_model_len holds in
+  all groups (``ceil(max_model_len / block_size)`` with one group; a sliding window or chunk holds
+  only its window and the tokens in flight), and the "KV cache size: N tokens" line is
+  ``int(concurrency * max_model_len)``, which is less than ``num_blocks * block_size`` when
+  max_model_len is not a multiple of the block size.
 - The admission check (``get_kv_cache_configs``, ``_check_enough_kv_cache_memory``): one block is
   held back for the null block, and one request of max_model_len must fit in the rest; otherwise
   vLLM refuses with an "estimated maximum model length".
@@ -156,6 +165,8 @@ OPTION_DEFAULTS = {
     "overhead_mib": None,
     "kv_cache_memory_bytes": None,
     "pp_layer_partition": None,
+    "max_num_batched_tokens": None,
+    "disable_hybrid_kv_cache_manager": False,
 }
 
 
@@ -218,7 +229,13 @@ LIMITS = {
     "overhead_mib": 1 << 21,
     "overhead_bytes": 1 << 41,
     "max_num_seqs": 1 << 20,
+    "max_num_batched_tokens": 1 << 26,
     "weight_bits": 32,
+    "model.sliding_window": 1 << 26,
+    "model.sliding_window_pattern": 512,
+    "model.max_window_layers": 1 << 20,
+    "model.attention_chunk_size": 1 << 26,
+    "model.no_rope_layer_interval": 512,
 }
 
 
@@ -352,7 +369,243 @@ def model_shape(config):
     shape["config_dtype"] = dtype
     total = config.get("total_bytes")
     shape["total_bytes"] = None if total is None else _positive_int("model.total_bytes", total)
+    # MLA models have no local-attention layers here: every layer is full attention.
+    layers = shape["layers"]
+    shape["attention_layers"] = [FULL_LAYER] * layers if shape["mla"] else attention_layers(config, layers)
     return shape
+
+
+# ---------------------------------------------------------------------------- attention layers
+
+FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
+LAYER_TYPES = (FULL, SLIDING, CHUNKED)
+FULL_LAYER = (FULL, None)
+# Which layers vLLM 0.32 builds with a sliding window or chunked local attention, by the text
+# model's model_type (vllm/model_executor/models/<file>.py), and the layer_types transformers
+# derives when config.json has none (transformers/models/<type>/configuration_<type>.py).
+PER_LAYER_TYPES = ("llama", "mistral", "gemma2", "gemma3", "gemma3_text")  # layer_types[i] is read
+EVEN_LAYERS_SLIDE = ("gpt_oss",)  # gpt_oss.py: the even layers, whatever layer_types says
+CHUNKED_ROPE_LAYERS = ("llama4", "llama4_text")  # llama4.py: the RoPE layers, by no_rope_layers
+QWEN2_WINDOWS = ("qwen2", "qwen3")  # qwen2.py Qwen2Model: use_sliding_window, max_window_layers
+LLAMA4_CHUNK = 8192  # transformers Llama4TextConfig.attention_chunk_size
+LLAMA4_NOPE_INTERVAL = 4  # transformers Llama4TextConfig.no_rope_layer_interval
+GEMMA3_PATTERN = 6  # transformers Gemma3TextConfig: sliding_window_pattern
+QWEN2_WINDOW_LAYERS = 28  # transformers Qwen2Config.max_window_layers
+
+
+def _short(value, size=80):
+    text = repr(value)
+    return text if len(text) <= size else text[: size - 3] + "..."
+
+
+def _config_bool(name, value):
+    if not isinstance(value, bool):
+        _refuse("model.%s must be true or false, got %s; pass the model's config.json fields" % (name, _short(value)))
+    return value
+
+
+def _layer_types(config, layers):
+    """config.json's layer_types, checked: one known attention type per layer; None when absent."""
+    value = config.get("layer_types")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        _refuse(
+            "model.layer_types must be a list with one attention type per layer, got %s %s; pass the model's"
+            " config.json fields" % (type(value).__name__, _short(value))
+        )
+    if len(value) != layers:
+        _refuse(
+            "model.layer_types has %d entries, but model.num_hidden_layers is %d; give one attention type per"
+            " layer (fix the config)" % (len(value), layers)
+        )
+    for index, kind in enumerate(value):
+        if not isinstance(kind, str) or kind not in LAYER_TYPES:
+            _refuse(
+                "model.layer_types[%d] is %s, not one of %s; the planner does not model linear-attention or"
+                " Mamba layers: leave model.layer_types out to plan every layer as full attention, which"
+                " overstates their KV cache" % (index, _short(kind), ", ".join(LAYER_TYPES))
+            )
+    return value
+
+
+def _derived_layer_types(config, layers, model_type, window):
+    """The layer_types transformers derives for a config.json without them, for the models here."""
+    if model_type in ("gemma2", *EVEN_LAYERS_SLIDE):
+        return [SLIDING if (i + 1) % 2 else FULL for i in range(layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = config.get("sliding_window_pattern")
+        if pattern is not None:
+            fix = "; every Nth layer is full attention (6 in Gemma 3)"
+            pattern = _positive_int("model.sliding_window_pattern", pattern, 1, fix)
+        pattern = pattern or GEMMA3_PATTERN
+        return [SLIDING if (i + 1) % pattern else FULL for i in range(layers)]
+    if model_type in QWEN2_WINDOWS:
+        first = _qwen2_window_layers(config)
+        return [SLIDING if window and i >= first else FULL for i in range(layers)]
+    if model_type in CHUNKED_ROPE_LAYERS:
+        return [CHUNKED if rope else FULL for rope in _rope_layers(config, layers)]
+    return None
+
+
+def _qwen2_window_layers(config):
+    value = config.get("max_window_layers")
+    if value is None:
+        return QWEN2_WINDOW_LAYERS
+    return _positive_int("model.max_window_layers", value, 0, "; layers from this index on use the sliding window")
+
+
+def _rope_layers(config, layers):
+    """Llama 4's no_rope_layers (1: RoPE, 0: NoPE), or transformers' default: NoPE every 4th layer."""
+    value = config.get("no_rope_layers")
+    if not value:  # transformers also reads an empty list as "derive it"
+        interval = config.get("no_rope_layer_interval")
+        if interval is not None:
+            interval = _positive_int("model.no_rope_layer_interval", interval, 1, "; a NoPE layer every N layers")
+        interval = interval or LLAMA4_NOPE_INTERVAL
+        return [int((i + 1) % interval != 0) for i in range(layers)]
+    flags = value if isinstance(value, list) else [None]
+    if len(flags) != layers or any(
+        isinstance(flag, bool) or not isinstance(flag, int) or flag not in (0, 1) for flag in flags
+    ):
+        _refuse(
+            "model.no_rope_layers must give 1 (RoPE) or 0 (NoPE) for each of the %d layers, got %s; pass the"
+            " model's config.json fields" % (layers, _short(value))
+        )
+    return value
+
+
+def attention_layers(config, layers):
+    """Each decoder layer's KV cache as vLLM 0.32 builds it: (full_attention, None),
+    (sliding_attention, window) or (chunked_attention, chunk size)."""
+    model_type = str(config.get("model_type") or "")
+    window = config.get("sliding_window")
+    if window is not None:
+        # vllm/config/model.py reads a window of 0 as no sliding window.
+        window = _positive_int("model.sliding_window", window, 0, "; give it in tokens, or null for none") or None
+    if model_type in QWEN2_WINDOWS and not _config_bool("use_sliding_window", config.get("use_sliding_window", False)):
+        window = None  # transformers' Qwen2Config keeps the window only with use_sliding_window
+    given = _layer_types(config, layers)
+    types = given if given is not None else _derived_layer_types(config, layers, model_type, window)
+    if model_type in EVEN_LAYERS_SLIDE:
+        kinds = [(SLIDING, window) if window and i % 2 == 0 else FULL_LAYER for i in range(layers)]
+    elif model_type in CHUNKED_ROPE_LAYERS:
+        chunk = config.get("attention_chunk_size", LLAMA4_CHUNK)
+        if chunk is not None:
+            chunk = _positive_int("model.attention_chunk_size", chunk, 0, "; give it in tokens, or null for none")
+        kinds = [(CHUNKED, chunk) if chunk and rope else FULL_LAYER for rope in _rope_layers(config, layers)]
+    elif model_type in PER_LAYER_TYPES and types is not None:
+        kinds = [(SLIDING, window) if window and kind == SLIDING else FULL_LAYER for kind in types]
+    else:
+        kinds = [FULL_LAYER] * layers
+    if model_type in QWEN2_WINDOWS and types is not None and len(set(types)) > 1:
+        first = _qwen2_window_layers(config)
+        if first != layers:
+            _refuse(
+                "model.max_window_layers is %d of %d layers with model.use_sliding_window true, so only some layers"
+                " slide, which vLLM's Qwen2 model refuses to load; set use_sliding_window false, as the published"
+                " configs do" % (first, layers)
+            )
+    # vllm/engine/arg_utils.py: without layer_types, or with every layer sliding, the model's window is
+    # CacheConfig.sliding_window, which every layer without a window of its own takes.
+    if window and (types is None or all(kind == SLIDING for kind in types)):
+        kinds = [(SLIDING, window)] * layers
+    return kinds
+
+
+# ---------------------------------------------------------------------------- KV cache groups
+
+
+def kv_cache_groups(kinds, disable_hybrid=False):
+    """vLLM's KV cache groups (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups): a list of
+    {attention, window, layers: [indices], groups} and the layers per group.
+
+    Layers of one kind (and window) share a spec. With a single spec every layer is one group. With
+    several, _get_kv_cache_groups_uniform_page_size splits each kind round robin (layers[i::n])
+    into groups of group_size layers, the fewest layers of any kind, or the most when that is
+    under 1.5 times the fewest; the last group of a kind may be short (padding). With
+    --disable-hybrid-kv-cache-manager, unify_hybrid_kv_cache_specs allocates sliding-window and
+    chunked layers as full attention when the model also has full-attention layers.
+    """
+    specs = {}
+    for index, kind in enumerate(kinds):
+        specs.setdefault(kind, []).append(index)
+    if disable_hybrid and len(specs) > 1:
+        if FULL_LAYER not in specs:
+            _refuse(
+                "disable_hybrid_kv_cache_manager is true, but the model mixes %s layers and no full-attention"
+                " layer, which vLLM cannot allocate as one kind; leave the hybrid KV cache manager on"
+                % " and ".join("%s %d" % kind for kind in specs)
+            )
+        specs = {FULL_LAYER: list(range(len(kinds)))}
+    sizes = [len(indices) for indices in specs.values()]
+    size = min(sizes) if max(sizes) >= 1.5 * min(sizes) else max(sizes)
+    buckets = [
+        {"attention": kind[0], "window": kind[1], "layers": indices, "groups": -(-len(indices) // size)}
+        for kind, indices in specs.items()
+    ]
+    return buckets, size
+
+
+class KVLayout:
+    """The KV cache groups of a model, and what they cost a stage and a request."""
+
+    def __init__(self, buckets, group_size, layers, block_size, in_flight):
+        self.buckets, self.group_size = buckets, group_size
+        self.groups = sum(bucket["groups"] for bucket in buckets)
+        self.block_size, self.in_flight = block_size, in_flight
+        self._prefixes = []
+        for bucket in buckets:
+            prefix, members = [0], set(bucket["layers"])
+            for index in range(layers):
+                prefix.append(prefix[-1] + (index in members))
+            self._prefixes.append((prefix, bucket["groups"]))
+        if self.groups == 1:  # one group of every layer: the stage's layers
+            self.width = lambda begin, end: end - begin
+
+    def width(self, begin, end):
+        """Layers of the largest group among layers [begin, end): the pages one block takes on that stage.
+
+        A kind's layers of a stage are a contiguous run of its list, dealt round robin to its groups,
+        so its largest group there holds ceil(run / groups) of them
+        (kv_cache_utils.py _project_kv_cache_groups_to_worker, _get_kv_cache_bytes_per_block)."""
+        return max(-(-(prefix[end] - prefix[begin]) // groups) for prefix, groups in self._prefixes)
+
+    def request_blocks(self, length):
+        """Blocks one request of ``length`` tokens holds, over all groups
+        (kv_cache_utils.py get_max_concurrency_for_kv_cache_config; kv_cache_interface.py
+        max_memory_usage_bytes of FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec)."""
+        return sum(bucket["groups"] * self._blocks(bucket, length) for bucket in self.buckets)
+
+    def _blocks(self, bucket, length):
+        block_size, window = self.block_size, bucket["window"]
+        if bucket["attention"] == SLIDING:
+            # The window's tokens plus those in flight; +1 as the window may start mid-block.
+            return -(-min(window - 1 + self.in_flight, length) // block_size) + 1
+        if bucket["attention"] == CHUNKED:
+            return -(-min(window + self.in_flight, length) // block_size)
+        return -(-length // block_size)
+
+    def longest_request(self, usable_blocks, length):
+        """The longest request up to ``length`` whose blocks fit in ``usable_blocks``; 0 if none
+        (kv_cache_utils.py _estimate_max_model_len_from_groups)."""
+
+        def fits(tokens):
+            return self.request_blocks(tokens) <= usable_blocks
+
+        return _largest(1, length, fits) if fits(1) else 0
+
+    def describe(self, max_model_len):
+        return [
+            {
+                "attention": bucket["attention"],
+                "window": bucket["window"],
+                "layers": len(bucket["layers"]),
+                "groups": bucket["groups"],
+                "blocks_per_request": self._blocks(bucket, max_model_len),
+            }
+            for bucket in self.buckets
+        ]
 
 
 def decoder_bits(config, quantization=None, bits=None):
@@ -519,15 +772,22 @@ def parse_partition(value, layers, pp):
 
 
 class _Evaluator:
-    """Blocks of a stage covering layers [begin, end), from prefix sums of the layer bytes."""
+    """Blocks of a stage covering layers [begin, end), from prefix sums of the layer bytes.
 
-    def __init__(self, layout, pp, budget, block_size, token_layer):
+    A block takes one page per layer of the stage's largest KV cache group (``kv.width``): every
+    layer of the stage when all are full attention (``kv`` None)."""
+
+    def __init__(self, layout, pp, budget, block_size, token_layer, kv=None):
         layer_bytes, self.embed, self.head, self.scale = layout
         self.prefix = [0]
         for size in layer_bytes:
             self.prefix.append(self.prefix[-1] + size)
         self.pp, self.budget = pp, budget
         self.block_size, self.page_layer = block_size, block_size * token_layer
+        if kv is None:
+            layers = len(layer_bytes)
+            kv = KVLayout(*kv_cache_groups([FULL_LAYER] * layers), layers, block_size, 0)
+        self.kv, self.width = kv, kv.width
 
     def weights(self, stage, begin, end):
         extra = (self.embed if stage == 0 else 0) + (self.head if stage == self.pp - 1 else 0)
@@ -537,7 +797,7 @@ class _Evaluator:
         return self.budget(self.weights(stage, begin, end))
 
     def blocks(self, stage, begin, end):
-        return self.kv_budget(stage, begin, end) // (self.page_layer * (end - begin))
+        return self.kv_budget(stage, begin, end) // (self.page_layer * self.width(begin, end))
 
 
 def _greedy_reach(ev, layers, stages, target, widest):
@@ -621,19 +881,19 @@ def best_partition(ev, layers, pp):
 
 
 def min_pipeline_size(ev_for, layers, pp, need):
-    """The least pipeline size > pp at which every stage fits its weights and ``need(stage layers)`` bytes of KV."""
+    """The least pipeline size > pp at which every stage fits its weights and ``need(begin, end)`` bytes of KV."""
     for size in range(pp + 1, layers + 1):
         ev = ev_for(size)
         begin, ok = 0, True
         for stage in range(size - 1):
             end = begin
-            while end < layers - (size - 1 - stage) and ev.kv_budget(stage, begin, end + 1) >= need(end + 1 - begin):
+            while end < layers - (size - 1 - stage) and ev.kv_budget(stage, begin, end + 1) >= need(begin, end + 1):
                 end += 1
             if end == begin:
                 ok = False
                 break
             begin = end
-        if ok and ev.kv_budget(size - 1, begin, layers) >= need(layers - begin):
+        if ok and ev.kv_budget(size - 1, begin, layers) >= need(begin, layers):
             return size
     return None
 
@@ -646,7 +906,8 @@ def _stages(ev, parts):
     for stage, count in enumerate(parts):
         end = begin + count
         budget = ev.kv_budget(stage, begin, end)
-        blocks = budget // (ev.page_layer * count)
+        width = ev.width(begin, end)
+        blocks = budget // (ev.page_layer * width)
         rows.append(
             {
                 "stage": stage,
@@ -655,9 +916,10 @@ def _stages(ev, parts):
                 "last_layer": end - 1,
                 "weight_bytes": ev.weights(stage, begin, end),
                 "kv_budget_bytes": budget,
-                "kv_bytes_per_token": ev.page_layer // ev.block_size * count,
+                "kv_layers_per_block": width,
+                "kv_bytes_per_token": ev.page_layer // ev.block_size * width,
                 "num_blocks": blocks,
-                "kv_tokens": max(0, blocks) * ev.block_size,
+                "kv_tokens": max(0, blocks) // ev.kv.groups * ev.block_size,
             }
         )
         begin = end
@@ -667,14 +929,15 @@ def _stages(ev, parts):
 def _summary(ev, parts, max_model_len, block_size):
     stages = _stages(ev, parts)
     blocks = max(0, min(row["num_blocks"] for row in stages))
-    per_request = -(-max_model_len // block_size)
-    concurrency = blocks / per_request
+    concurrency = blocks / ev.kv.request_blocks(max_model_len)
     return {
         "pp_layer_partition": ",".join(str(p) for p in parts),
         "stages": stages,
         "limiting_stage": min(stages, key=lambda row: row["num_blocks"])["stage"],
         "num_blocks": blocks,
-        "kv_tokens": blocks * block_size,
+        # Every group holds a request's tokens up to its window, so the pool holds this many
+        # tokens in every group at once: num_blocks * block_size with one group.
+        "kv_tokens": blocks // ev.kv.groups * block_size,
         "kv_tokens_reported": int(concurrency * max_model_len),
         "max_concurrency": concurrency,
     }
@@ -752,7 +1015,22 @@ def _settings(shape, options):
     if opts["max_num_seqs"] is None:
         opts["max_num_seqs"] = default_max_num_seqs(platform, gpu_info, tp * pp)
     _positive_int("max_num_seqs", opts["max_num_seqs"])
+    if opts["max_num_batched_tokens"] is None:
+        opts["max_num_batched_tokens"] = default_max_num_batched_tokens(
+            platform, gpu_info, tp * pp, opts["max_num_seqs"], opts["max_model_len"]
+        )
+    _positive_int("max_num_batched_tokens", opts["max_num_batched_tokens"])
+    if not isinstance(opts["disable_hybrid_kv_cache_manager"], bool):
+        _refuse(
+            "disable_hybrid_kv_cache_manager must be true or false, got %s; true when vLLM runs with"
+            " --disable-hybrid-kv-cache-manager" % _short(opts["disable_hybrid_kv_cache_manager"])
+        )
+    # vllm/config/vllm.py max_in_flight_tokens: max_concurrent_batches x max_num_batched_tokens. By
+    # default vLLM schedules asynchronously with the V2 model runner on CUDA (pp + 1 batches); on
+    # CPU it never does (vllm/platforms/cpu.py), so pp batches.
+    batches = pp + 1 if platform == "cuda" else pp
     opts.update(tp=tp, pp=pp, gpu_info=gpu_info, block_size=block_size, overhead=overhead)
+    opts["in_flight"] = batches * opts["max_num_batched_tokens"]
     return opts
 
 
@@ -775,6 +1053,8 @@ def plan(model, **options):
     qbits = decoder_bits(config, opts["quantization"], opts["weight_bits"]) or dbits
     token_layer = kv_bytes_per_token_layer(shape, tp, opts["kv_cache_dtype"], run_dtype)
     page_layer = token_layer * block_size
+    buckets, group_size = kv_cache_groups(shape["attention_layers"], opts["disable_hybrid_kv_cache_manager"])
+    kv = KVLayout(buckets, group_size, shape["layers"], block_size, opts["in_flight"])
     requested = None if gpu_info is None else math.ceil(gpu_info["memory_bytes"] * opts["gpu_memory_utilization"])
 
     def budget(weights):
@@ -783,7 +1063,7 @@ def plan(model, **options):
         return requested - weights - opts["overhead"]
 
     def evaluator(size):
-        return _Evaluator(weight_layout(shape, tp, size, qbits, dbits), size, budget, block_size, token_layer)
+        return _Evaluator(weight_layout(shape, tp, size, qbits, dbits), size, budget, block_size, token_layer, kv)
 
     ev = evaluator(pp)
     if not 0.25 <= ev.scale <= 4:
@@ -829,6 +1109,11 @@ def plan(model, **options):
             "block_size": block_size,
             "max_model_len": max_model_len,
             "max_num_seqs": opts["max_num_seqs"],
+            "max_num_batched_tokens": opts["max_num_batched_tokens"],
+            "max_in_flight_tokens": opts["in_flight"],
+            "disable_hybrid_kv_cache_manager": opts["disable_hybrid_kv_cache_manager"],
+            "kv_cache_groups": kv.describe(max_model_len),
+            "kv_layers_per_group": group_size,
             "kv_bytes_per_token_per_layer": token_layer,
             "effective_concurrency": min(opts["max_num_seqs"], int(result["max_concurrency"])),
             "default_partition": {
@@ -837,10 +1122,26 @@ def plan(model, **options):
             },
         }
     )
-    _check_weights(result, evaluator, shape, page_layer)
-    _check_request(result, page_layer)
+    _check_weights(result, evaluator, shape, page_layer, kv)
+    _check_request(result, page_layer, kv)
     result["fits"] = True
     return result
+
+
+def default_max_num_batched_tokens(platform, gpu_info, world, max_num_seqs, max_model_len):
+    """vLLM's API-server default (vllm/engine/arg_utils.py get_batch_defaults and
+    _set_default_max_num_seqs_and_batched_tokens_args), at most max_num_seqs x max_model_len."""
+    if platform == "cpu":
+        tokens = 2048 * world
+    else:
+        memory = gpu_info["memory_bytes"] if gpu_info else 0
+        if memory >= 160 * GIB:
+            tokens = 16384
+        elif memory >= 70 * GIB and "a100" not in gpu_info["name"].lower():
+            tokens = 8192
+        else:
+            tokens = 2048
+    return min(max_num_seqs * max_model_len, tokens)
 
 
 def default_max_num_seqs(platform, gpu_info, world):
@@ -853,7 +1154,7 @@ def default_max_num_seqs(platform, gpu_info, world):
     return 256
 
 
-def _check_weights(result, evaluator, shape, page_layer):
+def _check_weights(result, evaluator, shape, page_layer, kv):
     """Refuse stages whose weights leave no KV budget, or (with kv_cache_memory_bytes) overflow the GPU."""
     stages, gpu_info = result["stages"], result["gpu"]
     result["fits"] = False
@@ -879,10 +1180,10 @@ def _check_weights(result, evaluator, shape, page_layer):
     if not short:
         return
     row = min(short, key=lambda r: r["kv_budget_bytes"])
-    per_request = -(-result["max_model_len"] // result["block_size"])
+    per_request = kv.request_blocks(result["max_model_len"])
 
-    def need(layers):
-        return (per_request + 1) * page_layer * layers
+    def need(begin, end):
+        return (per_request + 1) * page_layer * kv.width(begin, end)
 
     more = min_pipeline_size(evaluator, shape["layers"], result["pipeline_parallel_size"], need)
     nodes = (
@@ -910,13 +1211,15 @@ def _check_weights(result, evaluator, shape, page_layer):
     )
 
 
-def _check_request(result, page_layer):
-    """vLLM holds one block back for the null block and needs one max_model_len request in the rest."""
-    stages, block_size, length = result["stages"], result["block_size"], result["max_model_len"]
+def _check_request(result, page_layer, kv):
+    """vLLM holds one block back for the null block and needs one max_model_len request in the rest
+    (kv_cache_utils.py get_kv_cache_configs, _max_memory_usage_bytes_from_groups)."""
+    stages, length = result["stages"], result["max_model_len"]
     estimates = []
     for row in stages:
-        usable_blocks = (row["kv_budget_bytes"] - page_layer * row["layers"]) // (page_layer * row["layers"])
-        estimates.append(min(length, max(0, usable_blocks) * block_size))
+        block_bytes = page_layer * row["kv_layers_per_block"]
+        usable_blocks = (row["kv_budget_bytes"] - block_bytes) // block_bytes
+        estimates.append(kv.longest_request(usable_blocks, length))
     result["estimated_max_model_len"] = min(estimates)
     if result["estimated_max_model_len"] >= length:
         return
@@ -927,7 +1230,7 @@ def _check_request(result, page_layer):
         " or a larger pipeline_parallel_size"
         % (
             length,
-            fmt_gib(-(-length // block_size) * page_layer * stages[stage]["layers"]),
+            fmt_gib(kv.request_blocks(length) * page_layer * stages[stage]["kv_layers_per_block"]),
             stage,
             fmt_gib(stages[stage]["kv_budget_bytes"]),
             result["estimated_max_model_len"],
@@ -955,6 +1258,19 @@ def table(result):
                 row["kv_bytes_per_token"],
                 row["kv_tokens"],
                 "  <- limits the replica" if row["stage"] == result["limiting_stage"] else "",
+            )
+        )
+    groups = result["kv_cache_groups"]
+    if len(groups) > 1 or groups[0]["attention"] != FULL:
+        rows.append(
+            "KV cache groups of %d layers: %s; a block holds one page per layer of the largest group"
+            % (
+                result["kv_layers_per_group"],
+                ", ".join(
+                    "%d x %s%s (%d layers)"
+                    % (g["groups"], g["attention"], " %d" % g["window"] if g["window"] else "", g["layers"])
+                    for g in groups
+                ),
             )
         )
     rows.append(

@@ -82,6 +82,27 @@ options:
   max_num_seqs:
     description: vLLM's C(--max-num-seqs); defaults to vLLM's default for the GPU (256, 1024 on 70 GiB and larger).
     type: int
+  max_num_batched_tokens:
+    description:
+      - vLLM's C(--max-num-batched-tokens); defaults to vLLM's API-server default (2048, 8192 on 70 GiB
+        and larger but not an A100, 16384 on 160 GiB and larger, 2048 per rank with O(platform=cpu)), at
+        most O(max_num_seqs) times O(max_model_len).
+      - Only sliding-window and chunked-local layers depend on it. They hold their window plus the
+        tokens in flight, this times the batches in flight (O(pipeline_parallel_size) + 1 on CUDA,
+        O(pipeline_parallel_size) on CPU).
+    type: int
+  disable_hybrid_kv_cache_manager:
+    description:
+      - V(true) when vLLM runs with its hybrid KV cache manager off (C(--disable-hybrid-kv-cache-manager),
+        a C(--kv-transfer-config) connector that does not support it, chunked local attention with
+        EAGLE speculative decoding, or C(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0)). Its
+        sliding-window and chunked-local layers then take KV cache as full attention does, and every
+        layer is in one KV cache group.
+      - V(false), vLLM's default, groups the full-attention and local layers of models that mix them
+        (Gemma 2 and 3, gpt-oss, Llama 4, C(layer_types) of Llama and Mistral configs), so a block
+        holds one page per layer of the largest group only.
+    type: bool
+    default: false
   kv_cache_dtype:
     description:
       - V(auto) (the O(dtype)), V(bfloat16), V(float16), V(fp8), V(fp8_e4m3), V(fp8_e5m2), V(fp8_inc),
@@ -120,8 +141,11 @@ notes:
   - Experts are sharded over the tensor-parallel ranks, as vLLM's MoE layers do without
     C(--enable-expert-parallel). Multi-token-prediction layers are not loaded by vLLM without
     speculative decoding and are not counted.
-  - Linear-attention, sliding-window and other hybrid KV layouts are planned as full attention,
-    which overstates their KV cache.
+  - Sliding-window and chunked-local layers are read from C(layer_types), C(sliding_window),
+    C(sliding_window_pattern), C(use_sliding_window) and C(max_window_layers), C(attention_chunk_size)
+    and C(no_rope_layers) as vLLM 0.32 reads them, and grouped as its hybrid KV cache manager groups
+    them. Linear-attention and Mamba layers are not modelled (a C(layer_types) naming them is
+    refused).
 seealso:
   - module: gpufleet.inference.vllm_model_info
 """
@@ -175,7 +199,11 @@ pp_layer_partition:
   type: str
   sample: "7,6,6,6,6,6,6,6,6,6"
 kv_tokens:
-  description: Tokens the KV cache of the replica holds, C(num_blocks * block_size), the weakest stage's.
+  description:
+    - Tokens the KV cache of the replica holds, C(num_blocks * block_size), the weakest stage's.
+    - With several KV cache groups, C(num_blocks // groups * block_size), the tokens every group holds
+      at once (requests within the sliding window); longer requests hold less in the sliding groups,
+      which RV(max_concurrency) counts.
   returned: success
   type: int
   sample: 1855168
@@ -200,6 +228,10 @@ plan:
       (all per GPU); C(default_partition) holds vLLM's default split and its figures.
     - C(kv_tokens_reported) is the figure of vLLM's "KV cache size" log line,
       C(int(max_concurrency * max_model_len)).
+    - C(kv_cache_groups) lists each kind of attention layer (C(full_attention), C(sliding_attention),
+      C(chunked_attention)) with its window, its layers, the KV cache groups vLLM splits them into and
+      the blocks one request of O(max_model_len) holds in each; C(kv_layers_per_block) of a stage is
+      the layers of its largest group, whose pages one block takes.
     - Returned with a failure too, when the options were valid but the plan does not fit.
   returned: success
   type: dict
@@ -244,6 +276,8 @@ def main():
             overhead_mib=dict(type="int"),
             kv_cache_memory_bytes=dict(type="int"),
             pp_layer_partition=dict(type="raw"),
+            max_num_batched_tokens=dict(type="int"),
+            disable_hybrid_kv_cache_manager=dict(type="bool", default=False),
             origins=dict(type="dict", default={}),
         ),
         mutually_exclusive=[["quantization", "weight_bits"], ["overhead_bytes", "overhead_mib"]],

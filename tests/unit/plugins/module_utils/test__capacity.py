@@ -216,6 +216,249 @@ def test_multimodal_config_is_read_through_text_config():
     assert plan(config, gpu="h200", max_model_len=4096)["model"]["num_hidden_layers"] == 64
 
 
+# ---------------------------------------------------------------------------- hybrid KV cache groups
+#
+# vLLM 0.32.0, vllm/v1/core/kv_cache_utils.py: with full-attention and sliding-window (or chunked)
+# layers mixed, _get_kv_cache_groups_uniform_page_size splits each kind round robin into groups of
+# group_size layers (the fewest layers of any kind, or the most when under 1.5 times the fewest);
+# get_kv_cache_config_from_groups gives num_blocks = budget // (page * layers of the largest group);
+# get_max_concurrency_for_kv_cache_config divides it by the blocks one request holds in all groups,
+# a sliding window cdiv(min(window - 1 + in flight, len), block) + 1 blocks
+# (kv_cache_interface.py SlidingWindowSpec), a chunk cdiv(min(chunk + in flight, len), block)
+# (ChunkedLocalAttentionSpec). In flight: (pp + 1) x max_num_batched_tokens on CUDA.
+
+# Gemma 3 27B's text_config (https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json):
+# a 1024-token sliding window on every layer but each 6th.
+GEMMA3_LIKE = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 62,
+    "hidden_size": 5376,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "intermediate_size": 21504,
+    "vocab_size": 262208,
+    "max_position_embeddings": 131072,
+    "sliding_window": 1024,
+    "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+# gpt-oss-120b's attention (https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json): 36
+# layers alternating a 128-token sliding window and full attention, 8 KV heads of 64.
+GPT_OSS_LIKE = {
+    "model_type": "gpt_oss",
+    "num_hidden_layers": 36,
+    "hidden_size": 2880,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+    "num_local_experts": 128,
+    "vocab_size": 201088,
+    "max_position_embeddings": 131072,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "torch_dtype": "bfloat16",
+}
+# Llama 4 Scout's text_config attention: 48 layers, chunked local attention (8192 tokens) on the
+# RoPE layers, a NoPE full-attention layer every 4th (no_rope_layers left to its default).
+LLAMA4_LIKE = {
+    "model_type": "llama4_text",
+    "num_hidden_layers": 48,
+    "hidden_size": 5120,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 8192,
+    "vocab_size": 202048,
+    "max_position_embeddings": 1 << 20,
+    "attention_chunk_size": 8192,
+    "torch_dtype": "bfloat16",
+}
+GIB = 1 << 30
+
+
+def without(config, *names):
+    return {key: value for key, value in config.items() if key not in names}
+
+
+def test_gemma3_like_takes_pages_of_its_largest_group_only():
+    # 62 layers, full where (i + 1) % 6 == 0: 10 full, 52 sliding. group_size = 10 (52 >= 1.5 x 10):
+    # 1 full group + ceil(52 / 10) = 6 sliding groups, 7 groups. Page: 16 tokens x 2 (K, V) x 16
+    # heads x 128 x 2 bytes = 131072. num_blocks = 20 GiB // (10 x 131072) = 16384 (today, all 62
+    # layers per block: 20 GiB // (62 x 131072) = 2642).
+    # One request of 32768: 2048 full blocks + 6 x (cdiv(min(1023 + 2 x 2048, 32768), 16) + 1 = 321)
+    # = 3974 blocks; concurrency 16384 / 3974 = 4.12, logged int(4.12... x 32768) = 135095 tokens.
+    # kv_tokens, every group at once: 16384 // 7 x 16 = 37440.
+    result = plan(GEMMA3_LIKE, kv_cache_memory_bytes=20 * GIB, max_model_len=32768, max_num_batched_tokens=2048)
+    assert result["num_blocks"] == 16384
+    assert result["max_in_flight_tokens"] == 4096
+    assert result["kv_layers_per_group"] == 10
+    assert result["kv_cache_groups"] == [
+        {"attention": "sliding_attention", "window": 1024, "layers": 52, "groups": 6, "blocks_per_request": 321},
+        {"attention": "full_attention", "window": None, "layers": 10, "groups": 1, "blocks_per_request": 2048},
+    ]
+    assert result["stages"][0]["kv_layers_per_block"] == 10
+    assert result["stages"][0]["kv_bytes_per_token"] == 10 * 8192
+    assert result["max_concurrency"] == 16384 / 3974
+    assert result["kv_tokens_reported"] == 135095
+    assert result["kv_tokens"] == 37440
+    assert result["estimated_max_model_len"] == 32768
+    assert "1 x full_attention (10 layers)" in table(result)[-2]
+    assert "6 x sliding_attention 1024 (52 layers)" in table(result)[-2]
+
+
+def test_hybrid_manager_off_plans_every_layer_as_full_attention():
+    # --disable-hybrid-kv-cache-manager (unify_hybrid_kv_cache_specs): one group of all 62 layers,
+    # 20 GiB // (62 x 131072) = 2642 blocks, 2642 / 2048 = 1.29 requests of 32768, 2642 x 16 tokens.
+    off = plan(
+        GEMMA3_LIKE,
+        kv_cache_memory_bytes=20 * GIB,
+        max_model_len=32768,
+        max_num_batched_tokens=2048,
+        disable_hybrid_kv_cache_manager=True,
+    )
+    full = plan(without(GEMMA3_LIKE, "sliding_window"), kv_cache_memory_bytes=20 * GIB, max_model_len=32768)
+    for result in (off, full):
+        assert result["num_blocks"] == 2642
+        assert result["kv_tokens"] == result["kv_tokens_reported"] == 42272
+        assert result["max_concurrency"] == 2642 / 2048
+        assert result["kv_cache_groups"] == [
+            {"attention": "full_attention", "window": None, "layers": 62, "groups": 1, "blocks_per_request": 2048}
+        ]
+    assert off["disable_hybrid_kv_cache_manager"] is True
+    assert len(table(off)) == len(table(full)) == 3  # no groups line
+
+
+def test_gemma3_like_over_two_stages_each_takes_its_largest_group():
+    # Stage 0 holds layers 0-30: 5 full (5, 11, 17, 23, 29) and sliding positions 0-25, dealt
+    # round robin (layers[i::6]) to 6 groups: at most ceil(26 / 6) = 5 of one group. Stage 1 the
+    # same. 20 GiB // (5 x 131072) = 32768 blocks a stage (today: 20 GiB // (31 x 131072) = 5285).
+    result = plan(
+        GEMMA3_LIKE,
+        kv_cache_memory_bytes=20 * GIB,
+        max_model_len=32768,
+        pipeline_parallel_size=2,
+        pp_layer_partition="31,31",
+    )
+    assert [row["kv_layers_per_block"] for row in result["stages"]] == [5, 5]
+    assert [row["num_blocks"] for row in result["stages"]] == [32768, 32768]
+    assert result["num_blocks"] == 32768
+
+
+def test_gpt_oss_like_alternating_layers_form_two_groups():
+    # 18 sliding (128) + 18 full: 18 < 1.5 x 18, group_size 18, one group each. Page: 16 x 2 x 8 x 64
+    # x 2 = 32768. num_blocks = 16 GiB // (18 x 32768) = 29127 (today 16 GiB // (36 x 32768) = 14563).
+    # With max_num_batched_tokens 8192, 16384 tokens in flight: a request of 131072 holds 8192 full
+    # blocks + cdiv(min(127 + 16384, 131072), 16) + 1 = 1033 sliding ones, 9225; 29127 / 9225 = 3.16,
+    # logged 413846 tokens. kv_tokens 29127 // 2 x 16 = 233008.
+    result = plan(GPT_OSS_LIKE, kv_cache_memory_bytes=16 * GIB, max_model_len=131072, max_num_batched_tokens=8192)
+    assert result["num_blocks"] == 29127
+    assert [group["blocks_per_request"] for group in result["kv_cache_groups"]] == [1033, 8192]
+    assert result["max_concurrency"] == 29127 / 9225
+    assert result["kv_tokens_reported"] == 413846
+    assert result["kv_tokens"] == 233008
+    # vLLM's gpt_oss.py slides the even layers whatever layer_types says; transformers derives the same.
+    derived = plan(without(GPT_OSS_LIKE, "layer_types"), kv_cache_memory_bytes=16 * GIB, max_model_len=131072)
+    assert derived["num_blocks"] == 29127
+
+
+def test_llama4_like_chunked_layers_group_by_the_nope_layers():
+    # NoPE every 4th layer (3, 7, ..., 47): 12 full, 36 chunked (8192). group_size 12: 1 full group
+    # + 3 chunked groups. Page: 16 x 2 x 8 x 128 x 2 = 65536. num_blocks = 16 GiB // (12 x 65536) =
+    # 21845 (today 16 GiB // (48 x 65536) = 5461). A request of 65536 with 16384 tokens in flight:
+    # 4096 full blocks + 3 x cdiv(min(8192 + 16384, 65536), 16) = 3 x 1536, 8704; 21845 / 8704.
+    # kv_tokens 21845 // 4 x 16 = 87376.
+    args = dict(kv_cache_memory_bytes=16 * GIB, max_model_len=65536, max_num_batched_tokens=8192)
+    result = plan(LLAMA4_LIKE, **args)
+    assert result["num_blocks"] == 21845
+    assert result["kv_cache_groups"][0] == {
+        "attention": "chunked_attention",
+        "window": 8192,
+        "layers": 36,
+        "groups": 3,
+        "blocks_per_request": 1536,
+    }
+    assert result["max_concurrency"] == 21845 / 8704
+    assert result["kv_tokens"] == 87376
+    rope = [0 if (i + 1) % 4 == 0 else 1 for i in range(48)]
+    assert plan(dict(LLAMA4_LIKE, no_rope_layers=rope), **args)["num_blocks"] == 21845
+    # No chunk, no chunked layers: today's answer.
+    assert plan(dict(LLAMA4_LIKE, attention_chunk_size=None), **args)["num_blocks"] == 5461
+    assert plan(LLAMA4_LIKE, disable_hybrid_kv_cache_manager=True, **args)["num_blocks"] == 5461
+
+
+def test_a_model_sliding_on_every_layer_keeps_its_blocks_and_holds_more_requests():
+    # Mistral 7B v0.1 (https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json): a
+    # 4096-token window and no layer_types, so vllm/engine/arg_utils.py gives every layer the window:
+    # one group, 4 GiB // (32 x 65536) = 2048 blocks as today, but a request of 32768 holds
+    # cdiv(min(4095 + 2 x 2048, 32768), 16) + 1 = 513 blocks, not 2048.
+    mistral = dict(QWEN3_32B, model_type="mistral", num_hidden_layers=32, num_key_value_heads=8, sliding_window=4096)
+    result = plan(mistral, kv_cache_memory_bytes=4 * GIB, max_model_len=32768, max_num_batched_tokens=2048)
+    assert result["num_blocks"] == 2048
+    assert result["max_concurrency"] == 2048 / 513
+    assert (
+        plan(mistral, kv_cache_memory_bytes=4 * GIB, max_model_len=32768, disable_hybrid_kv_cache_manager=True)[
+            "max_concurrency"
+        ]
+        == 2048 / 513
+    )  # the flag only unifies a model that also has full-attention layers
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"sliding_window": 0},  # vllm/config/model.py: 0 means no sliding window
+        {"sliding_window": None},
+        {"sliding_window_pattern": 1},  # every layer full
+        {"model_type": "qwen3"},  # not a model whose vLLM code reads layer_types
+    ],
+)
+def test_configs_without_local_layers_keep_todays_answer(changes):
+    result = plan(dict(GEMMA3_LIKE, **changes), kv_cache_memory_bytes=20 * GIB, max_model_len=32768)
+    assert result["num_blocks"] == 2642
+
+
+def test_qwen2_windows_apply_only_with_use_sliding_window():
+    # Qwen2.5 configs give a sliding_window with use_sliding_window false: transformers drops it.
+    qwen = dict(QWEN3_32B, model_type="qwen3", sliding_window=131072, max_window_layers=64)
+    plain = plan(QWEN3_32B, gpu="h200", max_model_len=4096)
+    assert (
+        plan(dict(qwen, use_sliding_window=False), gpu="h200", max_model_len=4096)["num_blocks"] == plain["num_blocks"]
+    )
+    # max_window_layers == num_hidden_layers: no layer slides.
+    assert (
+        plan(dict(qwen, use_sliding_window=True), gpu="h200", max_model_len=4096)["num_blocks"] == plain["num_blocks"]
+    )
+
+
+def test_default_max_num_batched_tokens_follows_vllm():
+    assert plan(GEMMA3_LIKE, gpu="h200", max_model_len=32768)["max_num_batched_tokens"] == 8192
+    assert plan(GEMMA3_LIKE, gpu="a100-80gb", max_model_len=32768)["max_num_batched_tokens"] == 2048
+    two_stages = plan(GEMMA3_LIKE, gpu="h200", max_model_len=32768, pipeline_parallel_size=2)
+    assert two_stages["max_in_flight_tokens"] == 3 * 8192  # async scheduling: pp + 1 batches
+    cpu = plan(TINY_CONFIG, platform="cpu", dtype="float32", max_model_len=512, kv_cache_memory_bytes=1 << 27)
+    assert cpu["max_num_batched_tokens"] == 2048 and cpu["max_in_flight_tokens"] == 2048  # no async on CPU
+    short = plan(TINY_CONFIG, platform="cpu", max_model_len=8, max_num_seqs=4, kv_cache_memory_bytes=1 << 27)
+    assert short["max_num_batched_tokens"] == 32  # at most max_num_seqs x max_model_len
+
+
+def test_hybrid_refusal_gives_vllms_estimate_over_all_groups():
+    # 1 GiB, 10 pages of 131072 bytes a block: one block held back, (2^30 - 1310720) // 1310720 = 818
+    # usable. A request of n <= 5119 tokens holds cdiv(n, 16) blocks in each of the 7 groups, plus
+    # one more in each of the 6 sliding ones: 7 x 116 + 6 = 818 at n = 1856, 825 at 1857. So 1856,
+    # shorter than the 2096 of all 62 layers per block ((2^30 - 62 x 131072) // (62 x 131072) = 131
+    # blocks of 16): within the window every group holds every token, and 7 groups of 10 pages are
+    # 70 pages a token, not 62.
+    args = dict(model=GEMMA3_LIKE, kv_cache_memory_bytes=GIB, max_model_len=32768, max_num_batched_tokens=2048)
+    error = refusal(**args)
+    assert "the estimated maximum model length is 1856" in str(error)
+    assert error.data["estimated_max_model_len"] == 1856
+    assert refusal(**dict(args, disable_hybrid_kv_cache_manager=True)).data["estimated_max_model_len"] == 2096
+    assert plan(**dict(args, max_model_len=1856))["fits"]
+
+
 # ---------------------------------------------------------------------------- weights
 
 
@@ -429,6 +672,45 @@ HOSTILE = [
     (dict(model=config(num_key_value_heads=128)), "model.num_key_value_heads (128) must divide"),
     (dict(model=config(tie_word_embeddings="false")), "model.tie_word_embeddings must be true or false, got 'false'"),
     (dict(model=config(total_bytes=1)), "model.total_bytes=1 is"),
+    # Per-layer attention fields.
+    (
+        dict(model=config(layer_types="sliding_attention")),
+        "model.layer_types must be a list with one attention type per layer, got str 'sliding_attention'",
+    ),
+    (
+        dict(model=config(layer_types=["full_attention"] * 3)),
+        "model.layer_types has 3 entries, but model.num_hidden_layers is 64",
+    ),
+    (
+        dict(model=config(layer_types=["full_attention"] * 63 + ["linear_attention"])),
+        "model.layer_types[63] is 'linear_attention', not one of full_attention, sliding_attention",
+    ),
+    (dict(model=config(layer_types=[1] * 64)), "model.layer_types[0] is 1, not one of"),
+    (dict(model=config(sliding_window=-4096)), "model.sliding_window must be an integer >= 0, got -4096"),
+    (dict(model=config(sliding_window="4096")), "model.sliding_window must be an integer >= 0, got '4096'"),
+    (dict(model=config(sliding_window=10**12)), "model.sliding_window=1000000000000 is larger than any real value"),
+    (
+        dict(model=config(model_type="gemma3_text", sliding_window=1024, sliding_window_pattern=0)),
+        "model.sliding_window_pattern must be an integer >= 1, got 0",
+    ),
+    (
+        dict(model=config(model_type="llama4_text", attention_chunk_size=-8192)),
+        "model.attention_chunk_size must be an integer >= 0, got -8192",
+    ),
+    (
+        dict(model=config(model_type="llama4_text", no_rope_layers=[1, 0])),
+        "model.no_rope_layers must give 1 (RoPE) or 0 (NoPE) for each of the 64 layers, got [1, 0]",
+    ),
+    (
+        dict(model=config(model_type="qwen3", use_sliding_window="true")),
+        "model.use_sliding_window must be true or false, got 'true'",
+    ),
+    (
+        dict(model=config(model_type="qwen3", use_sliding_window=True, sliding_window=4096, max_window_layers=28)),
+        "model.max_window_layers is 28 of 64 layers with model.use_sliding_window true",
+    ),
+    (dict(disable_hybrid_kv_cache_manager="yes"), "disable_hybrid_kv_cache_manager must be true or false, got 'yes'"),
+    (dict(max_num_batched_tokens=0), "max_num_batched_tokens must be an integer >= 1, got 0"),
 ]
 
 
@@ -457,6 +739,23 @@ def test_the_partition_search_costs_about_layers_squared_at_the_largest_model(pp
     layers = _capacity.LIMITS["model.num_hidden_layers"]
     weights = ([1000 + (i % 7) * 10 for i in range(layers)], 5000, 7000, 1.0)
     ev = CountingEvaluator(weights, pp, lambda used: 10**9 - used, 16, 3)
+    CountingEvaluator.calls = 0
+    parts, target, widest = _capacity.best_partition(ev, layers, pp)
+    assert sum(parts) == layers and len(parts) == pp and min(parts) >= 1
+    assert min(ev.blocks(stage, sum(parts[:stage]), sum(parts[: stage + 1])) for stage in range(pp)) == target
+    assert max(parts) == widest
+    assert CountingEvaluator.calls <= 3 * layers * layers
+
+
+@pytest.mark.parametrize("pp", [2, 64, 512])
+def test_the_partition_search_with_hybrid_groups_costs_the_same(pp):
+    """A stage's blocks still only fall as it takes more layers (its largest group can only grow),
+    so the search keeps its bound with sliding-window groups at the largest model."""
+    layers = _capacity.LIMITS["model.num_hidden_layers"]
+    kinds = [("sliding_attention", 1024) if (i + 1) % 6 else ("full_attention", None) for i in range(layers)]
+    kv = _capacity.KVLayout(*_capacity.kv_cache_groups(kinds), layers, 16, 4096)
+    weights = ([1000 + (i % 7) * 10 for i in range(layers)], 5000, 7000, 1.0)
+    ev = CountingEvaluator(weights, pp, lambda used: 10**9 - used, 16, 3, kv)
     CountingEvaluator.calls = 0
     parts, target, widest = _capacity.best_partition(ev, layers, pp)
     assert sum(parts) == layers and len(parts) == pp and min(parts) >= 1

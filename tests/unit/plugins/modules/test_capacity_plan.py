@@ -81,6 +81,52 @@ def test_kv_refusal_carries_the_estimated_length(run_module):
     assert "estimated maximum model length is 74384" in result["msg"]
 
 
+# Gemma 3 27B's attention layout: a 1024-token window on every layer but each 6th, 16 KV heads of 128.
+GEMMA3_LIKE = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 62,
+    "hidden_size": 5376,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "intermediate_size": 21504,
+    "vocab_size": 262208,
+    "max_position_embeddings": 131072,
+    "sliding_window": 1024,
+    "sliding_window_pattern": 6,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("hybrid_off", "blocks", "groups"),
+    [
+        # 10 full + 52 sliding layers in 7 groups of 10: 20 GiB // (10 x 131072 bytes a page).
+        (False, 16384, 2),
+        # --disable-hybrid-kv-cache-manager: all 62 layers full attention, 20 GiB // (62 x 131072).
+        (True, 2642, 1),
+    ],
+)
+def test_hybrid_kv_cache_manager_option(run_module, hybrid_off, blocks, groups):
+    args = {
+        "model": GEMMA3_LIKE,
+        "kv_cache_memory_bytes": 20 << 30,
+        "max_model_len": 32768,
+        "disable_hybrid_kv_cache_manager": hybrid_off,
+    }
+    result = run_module(capacity_plan, args)
+    assert result["plan"]["num_blocks"] == blocks
+    assert len(result["plan"]["kv_cache_groups"]) == groups
+    assert result["plan"]["disable_hybrid_kv_cache_manager"] is hybrid_off
+
+
+def test_malformed_layer_types_fail_naming_the_field(run_module):
+    args = {"model": dict(GEMMA3_LIKE, layer_types=["sliding_attention"] * 10), "kv_cache_memory_bytes": 20 << 30}
+    result = run_module(capacity_plan, args, failed=True)
+    assert result["fits"] is False
+    assert "model.layer_types has 10 entries, but model.num_hidden_layers is 62" in result["msg"]
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -90,6 +136,8 @@ def test_kv_refusal_carries_the_estimated_length(run_module):
         ({"gpu": "rtx-9090"}, "gpu 'rtx-9090' is not a known preset"),
         ({"weight_bits": 4}, "parameters are mutually exclusive: quantization|weight_bits"),
         ({"platform": "tpu"}, "value of platform must be one of: cuda, cpu"),
+        ({"max_num_batched_tokens": -1}, "max_num_batched_tokens must be an integer >= 1, got -1"),
+        ({"disable_hybrid_kv_cache_manager": "maybe"}, "we were unable to convert to bool"),
     ],
 )
 def test_bad_options_fail_naming_them(run_module, args, expected):
