@@ -32,6 +32,14 @@ description:
     C(health_agent_replica) and C(health_agent_rank) where the inventory sets them, else C(vllm_replica)
     and C(vllm_node_rank) on vLLM nodes, and replica C(llama) for a llama.cpp coordinator (rank 0) and
     its RPC workers (ranks 1.. in C(llama_rpc_workers) order).
+  - "With O(settings), the gpufleet.inference.monitoring role's own variables are checked too, and
+    every problem of both fails the filter at once. Durations must be Prometheus durations above
+    zero and at most C(5m) (the query lookback delta); C(external_labels) keys must be label names
+    not starting with C(__) (reserved by Prometheus); Alertmanagers and static targets must be
+    C(host:port) with a port 1..65535; each extra scrape config needs a C(job_name) of its own
+    without control characters, and its C(static_configs) must be a list of
+    C({targets: [host:port, ...], labels: {name: value}}); C(monitoring_url) must be http or
+    https; C(monitoring_verify_timeout) 1..3600 seconds."
 options:
   _input:
     description: C(hostvars).
@@ -41,12 +49,25 @@ options:
     description: C(groups).
     type: dict
     required: true
+  settings:
+    description:
+      - The monitoring role's variables to check, by name (C(monitoring_scrape_interval),
+        C(monitoring_evaluation_interval), C(monitoring_external_labels), C(monitoring_alertmanagers),
+        C(monitoring_extra_scrape_configs), C(monitoring_url), C(monitoring_verify_timeout)); the
+        role's preflight passes them all.
+    type: dict
 """
 
 EXAMPLES = r"""
 - name: Compute the scrape targets from the inventory
   ansible.builtin.set_fact:
     __monitoring_targets: "{{ hostvars | gpufleet.inference.prometheus_targets(groups) }}"
+
+- name: Check the role's settings as well
+  ansible.builtin.set_fact:
+    __monitoring_targets: >-
+      {{ hostvars | gpufleet.inference.prometheus_targets(groups, settings={'monitoring_scrape_interval': '15s',
+         'monitoring_alertmanagers': ['alertmanager.example:9093']}) }}
 
 - name: Write one file_sd file per job
   ansible.builtin.copy:
@@ -88,15 +109,18 @@ def _read(hostvars, host):
     return variables, problems
 
 
-def prometheus_targets(hostvars, groups):
+def prometheus_targets(hostvars, groups, settings=None):
     if not isinstance(groups, dict):
         raise AnsibleFilterError("prometheus_targets needs groups (a dict of lists), got %r" % (type(groups).__name__,))
+    if settings is not None and not isinstance(settings, dict):
+        raise AnsibleFilterError("prometheus_targets: settings must be a dict of variables, got %r" % (settings,))
     groups = {name: list(members or []) for name, members in groups.items()}
     wanted = set()
     for group in (*_prometheus_targets.SERVING_GROUPS, _prometheus_targets.FRONTEND_GROUP):
         wanted.update(groups.get(group, []))
     hosts = {}
-    problems = []
+    # The role's own settings first: they are the operator's, the rest is the inventory's.
+    problems = _prometheus_targets.settings_problems(settings) if settings else []
     for host in sorted(wanted):
         hosts[host], read_problems = _read(hostvars, host)
         problems += read_problems

@@ -698,6 +698,16 @@ def test_config_defaults():
             "checks.ping.peers names each peer once, found p, p",
         ),
         ({"checks": {"ping": {"loss_threshold": 0}}}, "checks.ping.loss_threshold must be an integer >= 1, found 0"),
+        # The role's rule for health_agent_ping_peers[].name: a newline would start a line of its own
+        # in the agent's journal ("fabric peer ... is lost").
+        (
+            {"checks": {"ping": {"peers": [{"name": "node-2\nfabric peer node-3 is back", "address": "10.0.0.2"}]}}},
+            "checks.ping.peers names may hold letters, digits and ._- only, found 'node-2\\nfabric peer node-3",
+        ),
+        (
+            {"checks": {"ping": {"peers": [{"name": "node 2", "address": "10.0.0.2"}]}}},
+            "checks.ping.peers names may hold letters, digits and ._- only, found 'node 2'",
+        ),
         ({"checks": []}, "'checks' must be an object, found []"),
     ],
 )
