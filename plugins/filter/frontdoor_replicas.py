@@ -24,6 +24,10 @@ description:
     than the front door, and an inventory without replicas.
   - Builds the arguments of HAProxy's C(http-check send) (a 1-token completion with the key),
     quoted per HAProxy's configuration manual section 2.2, refusing control characters.
+  - Given O(settings), the front door's own variables, also refuses what the frontdoor role's
+    preflight refuses of them (docs/operations.md, "Inputs the frontdoor role refuses"): among others
+    a non-loopback bind address without TLS, HAProxy times of 0, C(frontdoor_max_auto_drained)
+    above the number of replicas and a front door port that a serving process on the same host takes.
 options:
   _input:
     description: C(hostvars).
@@ -44,13 +48,20 @@ options:
     type: str
     default: ""
   check_host:
-    description: Value of the health check's Host header.
+    description:
+      - Value of the health check's Host header.
+      - Without it, C(frontdoor_check_host) of O(settings), else C(localhost).
     type: str
-    default: localhost
   check_uri:
-    description: Path of the health check's completion request.
+    description:
+      - Path of the health check's completion request.
+      - Without it, C(frontdoor_check_uri) of O(settings), else C(/v1/completions).
     type: str
-    default: /v1/completions
+  settings:
+    description:
+      - The front door's role variables by name (C(frontdoor_bind_address), C(frontdoor_port), ...), to
+        check with the replicas; their problems come first. A variable left out is not checked.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -98,11 +109,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.module_utils import _frontdoor
 
 
-def frontdoor_replicas(
-    hostvars, groups, defaults=None, frontend="", check_host="localhost", check_uri="/v1/completions"
-):
+def frontdoor_replicas(hostvars, groups, defaults=None, frontend="", check_host=None, check_uri=None, settings=None):
     try:
-        return _frontdoor.plan(hostvars, groups, defaults, frontend, check_host, check_uri)
+        return _frontdoor.plan(hostvars, groups, defaults, frontend, check_host, check_uri, settings)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.inference.frontdoor_replicas:\n%s" % exc) from None
 

@@ -701,6 +701,24 @@ def test_defaults_fill_in_the_controller_and_restart_settings(tmp_path):
         (lambda c: c["replicas"][0]["nodes"][0].pop("ssh_host"), "each node needs non-empty strings"),
         (lambda c: c.update(controller={"max_auto_drained": -1}), "'max_auto_drained' must be an integer >= 0"),
         (lambda c: c.update(controller={"interval": 0}), "'interval' must be a number of seconds > 0"),
+        # The same rules as the role's preflight (module_utils/_frontdoor.py config_problems).
+        (
+            lambda c: c.update(controller={"max_auto_drained": 3}),
+            "'max_auto_drained' must be an integer >= 0 and at most 2",
+        ),
+        (lambda c: c.update(controller={"undrain_rise_s": 0}), "'undrain_rise_s' must be a number of seconds > 0"),
+        (
+            lambda c: c.update(controller={"remediate_backoff_s": 0}),
+            "'remediate_backoff_s' must be a number of seconds > 0",
+        ),
+        (
+            lambda c: c.update(controller={"agent_timeout": float("inf")}),
+            "'agent_timeout' must be a number of seconds > 0",
+        ),
+        (
+            lambda c: c.update(restart={"drain_timeout": float("nan")}),
+            "'drain_timeout' must be a number of seconds > 0",
+        ),
         (lambda c: c.update(restart={"ssh_binary": ""}), "'ssh_binary' must be a non-empty string"),
         (lambda c: c.update(metrics_port=70000), "'metrics_port' must be a port number"),
     ],
@@ -710,6 +728,28 @@ def test_an_invalid_config_is_refused_with_what_is_wrong(tmp_path, change, messa
     change(config)
     with pytest.raises(fd.ConfigError, match=message):
         fd.load_config(write_config(tmp_path, config))
+
+
+def test_the_program_runs_with_only_the_modules_the_role_installs_beside_it(tmp_path):
+    """Installed, gpufleet-frontdoor finds _frontdoor.py and _vllm_metrics.py beside it and no collection."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(SCRIPT, lib / "gpufleet-frontdoor")
+    for name in ("_frontdoor.py", "_vllm_metrics.py"):
+        shutil.copy(MODULE_UTILS / name, lib / name)
+    config = base_config(tmp_path)
+    config["controller"] = {"interval": 0}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-I", str(lib / "gpufleet-frontdoor"), "--config", write_config(tmp_path, config), "status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "controller 'interval' must be a number of seconds > 0" in json.loads(proc.stdout)["error"]
 
 
 # Fakes: HAProxy's runtime API, the agents and vLLM, ssh ------------------------------------

@@ -240,3 +240,348 @@ def test_a_model_name_with_quotes_stays_one_json_word():
 def test_a_bad_check_uri_is_refused():
     with pytest.raises(_frontdoor.FrontdoorError, match="frontdoor_check_uri"):
         _frontdoor.check_send("m", "", "localhost", "v1 completions")
+
+
+# The front door's own settings (settings_problems, plan(settings=)) ---------------------------
+
+
+def settings(**changes):
+    """The role's defaults, as the preflight hands them over, with changes."""
+    values = {
+        "frontdoor_bind_address": "127.0.0.1",
+        "frontdoor_port": 8080,
+        "frontdoor_tls_certificate": "",
+        "frontdoor_tls_key": "",
+        "frontdoor_allow_plaintext": False,
+        "frontdoor_timeout_client": "600s",
+        "frontdoor_timeout_server": "600s",
+        "frontdoor_timeout_connect": "5s",
+        "frontdoor_backend": "inference",
+        "frontdoor_check_inter": "2s",
+        "frontdoor_check_fastinter": "1s",
+        "frontdoor_check_downinter": "2s",
+        "frontdoor_timeout_check": "10s",
+        "frontdoor_check_fall": 3,
+        "frontdoor_check_rise": 2,
+        "frontdoor_retries": 3,
+        "frontdoor_tune_bufsize": None,
+        "frontdoor_check_uri": "/v1/completions",
+        "frontdoor_check_host": "localhost",
+        "frontdoor_stats_address": "192.168.0.20",
+        "frontdoor_stats_port": 8404,
+        "frontdoor_controller_metrics_address": "192.168.0.20",
+        "frontdoor_controller_metrics_port": 9106,
+        "frontdoor_controller_interval": 1.0,
+        "frontdoor_agent_timeout": 1.0,
+        "frontdoor_unreachable_fall": 3,
+        "frontdoor_undrain_rise_s": 15,
+        "frontdoor_max_auto_drained": 1,
+        "frontdoor_remediate_after_s": 60,
+        "frontdoor_remediate_backoff_s": 900,
+        "frontdoor_restart_drain_timeout": 300,
+        "frontdoor_restart_stop_timeout": 120,
+        "frontdoor_restart_ready_timeout": 900,
+        "frontdoor_restart_ssh_connect_timeout": 10,
+        "frontdoor_restart_ssh_source": "192.168.0.20",
+        "frontdoor_restart_timer": True,
+        "frontdoor_restart_interval": "48h",
+        "frontdoor_restart_randomized_delay": "2h",
+    }
+    values.update(changes)
+    return values
+
+
+def refused(changes, text, frontend="fd"):
+    """The problems of settings(**changes); asserts that one of them holds text and names every changed variable."""
+    problems = _frontdoor.settings_problems(settings(**changes), frontend)
+    message = "\n".join(problems)
+    assert text in message, message
+    for name in changes:
+        assert name in message, message
+    return message
+
+
+def test_the_defaults_pass():
+    assert _frontdoor.settings_problems(settings(), "fd") == []
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.evil.example", "127.0.0.1.nip.io", "localhost.evil.example", "127.1", "0.0.0.0", "::", "::ffff:127.0.0.1"],
+)
+def test_only_a_loopback_ip_or_localhost_skips_tls(address):
+    message = refused({"frontdoor_bind_address": address}, "exposes the API beyond fd without TLS")
+    assert f"frontdoor_bind_address={address}" in message
+    assert "Set frontdoor_tls_certificate and frontdoor_tls_key" in message
+
+
+def test_a_loopback_looking_name_is_told_why():
+    message = refused({"frontdoor_bind_address": "127.evil.example"}, "Only 127.0.0.0/8, ::1 and the name localhost")
+    assert "any other name is bound where it resolves" in message
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.53", "127.255.255.254", "::1", "localhost"])
+def test_a_loopback_bind_needs_no_tls(address):
+    assert _frontdoor.settings_problems(settings(frontdoor_bind_address=address), "fd") == []
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"frontdoor_tls_certificate": "/etc/fd.pem", "frontdoor_tls_key": "/etc/fd.key"},
+        {"frontdoor_allow_plaintext": True},
+        {"frontdoor_allow_plaintext": "yes"},
+    ],
+)
+def test_an_exposed_bind_passes_with_tls_or_plaintext_allowed(changes):
+    assert _frontdoor.settings_problems(settings(frontdoor_bind_address="10.0.0.5", **changes), "fd") == []
+
+
+def test_loopback_is_an_ip_test_also_for_the_api_address():
+    assert _frontdoor.is_loopback("127.0.0.2") and _frontdoor.is_loopback("::1")
+    assert not _frontdoor.is_loopback("127.evil.example") and not _frontdoor.is_loopback("::ffff:127.0.0.1")
+
+
+@pytest.mark.parametrize("name", _frontdoor.HAPROXY_TIMEOUTS + _frontdoor.HAPROXY_INTERVALS)
+@pytest.mark.parametrize("value", ["0s", "0", 0, "0ms", "0us", "0d"])
+def test_a_zero_haproxy_time_is_refused(name, value):
+    refused({name: value}, f"{name}={value} must be above 0")
+
+
+@pytest.mark.parametrize("value", ["25d", "2147484s", "2147483648"])
+def test_a_haproxy_time_past_its_32_bit_milliseconds_is_refused(value):
+    refused({"frontdoor_timeout_server": value}, "at most 2147483647 ms")
+
+
+@pytest.mark.parametrize("value", ["-1s", "ten minutes", "1.5s", "5 s"])
+def test_a_haproxy_time_of_another_form_is_refused(value):
+    refused({"frontdoor_timeout_client": value}, "must be a HAProxy time such as 600s")
+
+
+def test_haproxy_times_read_as_haproxy_reads_them():
+    assert [_frontdoor.haproxy_ms(v) for v in ("1us", "500ms", "600", "2s", "1m", "24d")] == [
+        1,
+        500,
+        600,
+        2000,
+        60000,
+        2073600000,
+    ]
+    assert (
+        _frontdoor.settings_problems(settings(frontdoor_timeout_connect="1us", frontdoor_check_inter="24d"), "fd") == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("frontdoor_controller_interval", 0),
+        ("frontdoor_controller_interval", "0.0"),
+        ("frontdoor_controller_interval", -1.0),
+        ("frontdoor_controller_interval", float("nan")),
+        ("frontdoor_controller_interval", "nan"),
+        ("frontdoor_controller_interval", float("inf")),
+        ("frontdoor_agent_timeout", 0),
+        ("frontdoor_agent_timeout", "-0.5"),
+        ("frontdoor_agent_timeout", float("nan")),
+        ("frontdoor_restart_drain_timeout", 0),
+        ("frontdoor_restart_stop_timeout", 0),
+        ("frontdoor_restart_ready_timeout", -5),
+        ("frontdoor_restart_ssh_connect_timeout", 0),
+        ("frontdoor_remediate_backoff_s", 0),
+        ("frontdoor_undrain_rise_s", 0),
+        ("frontdoor_undrain_rise_s", "0"),
+        ("frontdoor_restart_ready_timeout", 10**12),
+        ("frontdoor_undrain_rise_s", 1.5),
+    ],
+)
+def test_a_zero_negative_nan_or_huge_controller_or_restart_time_is_refused(name, value):
+    refused({name: value}, "of seconds > 0 and at most 604800 (a week)")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("frontdoor_undrain_rise_s", 0, "0 would undrain a flapping replica on its first healthy poll"),
+        ("frontdoor_remediate_backoff_s", 0, "0 would restart a wedged replica again on every poll"),
+        ("frontdoor_restart_drain_timeout", 0, "0 would stop a replica with its requests still running"),
+    ],
+)
+def test_a_zero_drain_threshold_says_what_it_would_do(name, value, why):
+    refused({name: value}, why)
+
+
+@pytest.mark.parametrize(("name", "value"), [("frontdoor_unreachable_fall", 0), ("frontdoor_unreachable_fall", 10**6)])
+def test_unreachable_fall_is_bounded(name, value):
+    refused({name: value}, "must be an integer >= 1 and at most 100")
+
+
+def test_good_controller_settings_pass():
+    good = settings(
+        frontdoor_controller_interval="0.5",
+        frontdoor_agent_timeout=2,
+        frontdoor_undrain_rise_s="30",
+        frontdoor_remediate_after_s=0,
+        frontdoor_max_auto_drained=0,
+        frontdoor_restart_ready_timeout=3600.0,
+    )
+    assert _frontdoor.settings_problems(good, "fd") == []
+
+
+@pytest.mark.parametrize("value", ["0h", "0", "0 min", "30min", "59m 59s"])
+def test_a_restart_interval_under_an_hour_is_refused(value):
+    refused({"frontdoor_restart_interval": value}, "is shorter than an hour")
+
+
+@pytest.mark.parametrize("value", ["366d", "10000w"])
+def test_a_restart_interval_over_a_year_is_refused(value):
+    refused({"frontdoor_restart_interval": value}, "is longer than a year")
+
+
+def test_systemd_spans_read_as_systemd_reads_them():
+    assert [_frontdoor.systemd_seconds(v) for v in ("48h", "2h 30min", "2h30min", "172800", "1w", "90sec")] == [
+        172800,
+        9000,
+        9000,
+        172800,
+        604800,
+        90,
+    ]
+    assert _frontdoor.settings_problems(settings(frontdoor_restart_randomized_delay="0"), "fd") == []
+
+
+@pytest.mark.parametrize("value", [10**12, 2**28, 16383, -1, "16k"])
+def test_tune_bufsize_is_bounded_by_what_haproxy_accepts(value):
+    refused({"frontdoor_tune_bufsize": value}, "must be a whole number from 16384 to 268435440")
+
+
+@pytest.mark.parametrize("value", [10**6, -1, None])
+def test_retries_are_bounded(value):
+    refused({"frontdoor_retries": value}, "must be a whole number from 0 to 10")
+
+
+@pytest.mark.parametrize("name", ["frontdoor_check_fall", "frontdoor_check_rise"])
+@pytest.mark.parametrize("value", [0, 10**6])
+def test_check_fall_and_rise_are_bounded(name, value):
+    refused({name: value}, "must be a whole number from 1 to 100")
+
+
+def test_good_haproxy_counts_pass():
+    good = settings(frontdoor_tune_bufsize=2**28 - 16, frontdoor_retries=0, frontdoor_check_fall=100)
+    assert _frontdoor.settings_problems(good, "fd") == []
+
+
+def test_the_messages_the_bad_input_suite_expects_are_kept():
+    message = "\n".join(
+        _frontdoor.settings_problems(
+            settings(
+                frontdoor_port=8404,
+                frontdoor_backend="vllm pool",
+                frontdoor_timeout_client="ten minutes",
+                frontdoor_check_uri="v1/completions",
+                frontdoor_tls_certificate="/etc/ssl/fd.pem",
+                frontdoor_restart_interval="two days",
+            ),
+            "fd",
+        )
+    )
+    for text in (
+        "must be three different ports",
+        "frontdoor_backend=vllm pool is not a valid HAProxy name",
+        "frontdoor_timeout_client=ten minutes must be a HAProxy time",
+        "frontdoor_check_uri=v1/completions must be a path such as /v1/completions",
+        "set both frontdoor_tls_certificate (/etc/ssl/fd.pem) and frontdoor_tls_key (), or neither",
+        "frontdoor_restart_interval=two days: use systemd time spans",
+    ):
+        assert text in message, message
+
+
+def test_max_auto_drained_above_the_replicas_is_refused():
+    hostvars, groups = lab()
+    with pytest.raises(_frontdoor.FrontdoorError) as excinfo:
+        _frontdoor.plan(hostvars, groups, DEFAULTS, "fd", settings=settings(frontdoor_max_auto_drained=3))
+    message = str(excinfo.value)
+    assert "frontdoor_max_auto_drained=3 must be an integer >= 0 and at most 2" in message
+    assert "the replicas behind the front door: lab, solo" in message
+    for good in (0, 1, 2):
+        _frontdoor.plan(hostvars, groups, DEFAULTS, "fd", settings=settings(frontdoor_max_auto_drained=good))
+
+
+def test_the_settings_are_reported_with_the_inventory_problems():
+    with pytest.raises(_frontdoor.FrontdoorError) as excinfo:
+        _frontdoor.plan({"fd": {}}, {}, DEFAULTS, "fd", settings=settings(frontdoor_timeout_client="0s"))
+    first, second = excinfo.value.problems
+    assert first.startswith("frontdoor_timeout_client=0s must be above 0")
+    assert second.startswith("no replica found for the front door fd")
+
+
+def serving_front_door():
+    """fd is also rank 0 of replica solo, with its API on the fabric."""
+    hostvars, groups = lab()
+    hostvars["fd"] = vllm_host("solo", 0, "192.168.0.20")
+    del hostvars["solo"]
+    groups["vllm_nodes"] = ["lab-head", "lab-tail", "fd"]
+    return hostvars, groups
+
+
+@pytest.mark.parametrize(
+    ("changes", "taken"),
+    [
+        ({"frontdoor_port": 8000}, "vllm_api_port on fd (the API of replica solo)"),
+        ({"frontdoor_stats_port": 8000}, "vllm_api_port on fd"),
+        ({"frontdoor_controller_metrics_port": 9105}, "health_agent_port on fd (its health agent)"),
+    ],
+)
+def test_a_front_door_port_that_a_serving_process_takes_on_its_host_is_refused(changes, taken):
+    hostvars, groups = serving_front_door()
+    with pytest.raises(_frontdoor.FrontdoorError) as excinfo:
+        _frontdoor.plan(hostvars, groups, DEFAULTS, "fd", settings=settings(**changes))
+    (name, port), message = next(iter(changes.items())), str(excinfo.value)
+    assert f"{name}={port} is also {taken}" in message
+    assert f"give {name} another port" in message
+
+
+def test_a_llama_server_port_on_the_front_door_is_refused():
+    hostvars = {"fd": {"ansible_host": "192.168.0.20", "llama_server_host": "10.20.0.20"}}
+    with pytest.raises(_frontdoor.FrontdoorError, match="frontdoor_port=8080 is also llama_server_port on fd"):
+        _frontdoor.plan(hostvars, {"llama_coordinator": ["fd"]}, DEFAULTS, "fd", settings=settings())
+
+
+def test_an_rpc_port_on_the_front_door_is_refused():
+    hostvars = {"coord": {"llama_server_host": "10.20.0.11"}, "fd": {"ansible_host": "192.168.0.20"}}
+    groups = {"llama_coordinator": ["coord"], "llama_rpc_workers": ["fd"]}
+    with pytest.raises(_frontdoor.FrontdoorError, match="frontdoor_port=50052 is also llama_rpc_port on fd"):
+        _frontdoor.plan(hostvars, groups, DEFAULTS, "fd", settings=settings(frontdoor_port=50052))
+
+
+def test_the_same_port_on_another_host_is_no_clash():
+    hostvars, groups = lab()
+    plan = _frontdoor.plan(hostvars, groups, DEFAULTS, "fd", settings=settings(frontdoor_port=8000))
+    assert [s["port"] for s in plan["servers"]] == [8000, 8000]
+
+
+def test_the_check_comes_from_the_settings():
+    hostvars, groups = lab()
+    plan = _frontdoor.plan(hostvars, groups, DEFAULTS, "fd", settings=settings(frontdoor_check_uri="/v1/chat"))
+    assert "uri /v1/chat " in plan["check_send"]
+
+
+def test_the_daemon_config_rules_are_the_role_variable_rules():
+    """gpufleet-frontdoor checks frontdoor.json with config_problems: the same table, other names."""
+    controller = {"interval": 0, "agent_timeout": float("nan"), "unreachable_fall": 3, "undrain_rise_s": 0.5}
+    controller.update(max_auto_drained=3, remediate_after_s=0, remediate_backoff_s=900)
+    restart = {
+        "drain_timeout": 0.3,
+        "stop_timeout": 0,
+        "ready_timeout": 1,
+        "ssh_connect_timeout": 3,
+        "poll_interval": 0.05,
+    }
+    problems = _frontdoor.config_problems(controller, restart, replicas=2)
+    assert problems == [
+        "controller 'interval' must be a number of seconds > 0 and at most 604800 (a week), found 0",
+        "controller 'agent_timeout' must be a number of seconds > 0 and at most 604800 (a week), found nan",
+        "controller 'max_auto_drained' must be an integer >= 0 and at most 2 (the replicas behind the front door; "
+        "0 never drains; the controller never drains the last replica serving either), found 3",
+        "restart 'stop_timeout' must be a number of seconds > 0 and at most 604800 (a week), found 0",
+    ]
