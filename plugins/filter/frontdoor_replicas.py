@@ -25,7 +25,7 @@ description:
   - Builds the arguments of HAProxy's C(http-check send) (a 1-token completion with the key),
     quoted per HAProxy's configuration manual section 2.2, refusing control characters.
   - Given O(settings), the front door's own variables, also refuses what the frontdoor role's
-    preflight refuses of them (docs/operations.md, "Inputs the frontdoor role refuses"): among others
+    preflight refuses of them (docs/operations.md, "Inputs the frontdoor role refuses"), among others
     a non-loopback bind address without TLS, HAProxy times of 0, C(frontdoor_max_auto_drained)
     above the number of replicas and a front door port that a serving process on the same host takes.
 options:

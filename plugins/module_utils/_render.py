@@ -192,7 +192,7 @@ def _network(value, options):
             return "is not an IP address or network such as 10.0.0.0/8"
         return "has host bits set: write the network as %s (or one address as %s/%d)" % (
             network,
-            str(value).split("/")[0],
+            str(value).split("/", maxsplit=1)[0],
             network.max_prefixlen,
         )
     return None

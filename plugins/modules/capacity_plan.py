@@ -276,7 +276,7 @@ def main():
             overhead_mib=dict(type="int"),
             kv_cache_memory_bytes=dict(type="int"),
             pp_layer_partition=dict(type="raw"),
-            max_num_batched_tokens=dict(type="int"),
+            max_num_batched_tokens=dict(type="int", no_log=False),
             disable_hybrid_kv_cache_manager=dict(type="bool", default=False),
             origins=dict(type="dict", default={}),
         ),

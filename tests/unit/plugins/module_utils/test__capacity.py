@@ -456,7 +456,7 @@ def test_hybrid_refusal_gives_vllms_estimate_over_all_groups():
     assert "the estimated maximum model length is 1856" in str(error)
     assert error.data["estimated_max_model_len"] == 1856
     assert refusal(**dict(args, disable_hybrid_kv_cache_manager=True)).data["estimated_max_model_len"] == 2096
-    assert plan(**dict(args, max_model_len=1856))["fits"]
+    assert plan(**{**args, "max_model_len": 1856})["fits"]
 
 
 # ---------------------------------------------------------------------------- weights
