@@ -126,3 +126,32 @@ def test_the_preflight_runs_before_anything_changes(role):
     first = tasks[0]
     included = first.get("ansible.builtin.import_tasks") or first.get("ansible.builtin.include_tasks")
     assert included == "preflight.yml", f"{role}: the first task of main.yml is {first.get('name')!r}"
+
+
+# serial is read before any task of its play: the playbooks check it in a play of their own first.
+# A job template's survey answer arrives as an extra var, as -e gives it here.
+@pytest.mark.parametrize(
+    ("playbook", "group", "extra", "message"),
+    [
+        ("gpu_stack.yml", "gpu_nodes", "gpufleet_serial=abc", "gpufleet_serial='abc' is not a batch size"),
+        ("gpu_stack.yml", "gpu_nodes", "gpufleet_serial=0", "gpufleet_serial='0' is not a batch size"),
+        ("gpu_stack.yml", "gpu_nodes", "gpufleet_serial=-1", "gpufleet_serial='-1' is not a batch size"),
+        ("fabric.yml", "fabric_nodes", '{"gpufleet_fabric_serial": [2, 0]}', "gpufleet_fabric_serial=[2, 0] is not"),
+    ],
+)
+def test_a_batch_size_ansible_misreads_is_refused_before_the_first_batch(tmp_path, playbook, group, extra, message):
+    inventory = tmp_path / "inventory.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {group: {"hosts": {"node-1": host}}}}}))
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    env["PYTHONPATH"] = str(REPO / "collections")
+    proc = subprocess.run(
+        [str(PLAYBOOK), "-i", str(inventory), str(REPO / "playbooks" / playbook), "--check", "-e", extra],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    assert message in output and "batch size" in output, output[-3000:]
+    assert "Unexpected Exception" not in output, output[-3000:]
+    # Refused in the check play: no task of the roles ran.
+    assert "gpufleet.inference.nvidia_driver" not in output and "gpufleet.inference.fabric_network" not in output
