@@ -301,14 +301,14 @@ def host_port_problem(value):
             "is not host:port: the host %s must be a DNS name or an IP address (an IPv6 one in brackets, "
             "[2001:db8::1]:9093), without a scheme or a path" % _render.shown(host)
         )
-    problem = _render.KINDS["port"](port, {})
+    problem = _render.kind_problem("port", port)
     return "has port %s, which %s" % (_render.shown(port), problem) if problem else None
 
 
 def _label_value_problem(name, value):
     if value is None or isinstance(value, (bool, dict, list, tuple)):
         return "%s=%s must be a string (a label value)" % (name, _render.shown(value))
-    problem = _render.KINDS["text"](value, {})
+    problem = _render.kind_problem("text", value)
     return "%s=%s %s" % (name, _render.shown(value), problem) if problem else None
 
 
@@ -373,7 +373,7 @@ def _scrape_config_problems(index, config, global_interval_ms):
         return ["%s=%s must be a mapping, a Prometheus scrape_config" % (name, _render.shown(config))]
     problems = []
     job = config.get("job_name")
-    if not isinstance(job, str) or not job.strip() or _render.KINDS["text"](job, {}):
+    if not isinstance(job, str) or not job.strip() or _render.kind_problem("text", job):
         problems.append(
             "%s.job_name=%s must be a non-empty string without newlines or other control characters (the "
             "job label of every series it scrapes)" % (name, _render.shown(job))
@@ -396,7 +396,7 @@ def _scrape_config_problems(index, config, global_interval_ms):
         problems.append("%s.scheme=%s must be http or https" % (name, _render.shown(config["scheme"])))
     if "metrics_path" in config:
         path = config["metrics_path"]
-        if not isinstance(path, str) or not path or _render.KINDS["text"](path, {}):
+        if not isinstance(path, str) or not path or _render.kind_problem("text", path):
             problems.append(
                 "%s.metrics_path=%s must be a URL path such as /metrics, without control characters"
                 % (name, _render.shown(path))

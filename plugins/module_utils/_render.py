@@ -265,6 +265,12 @@ KINDS = {
 }
 
 
+def kind_problem(kind, value, options=None):
+    """What is wrong with one value of a kind (the text after the variable and the value in an
+    input_problems message), or None: for callers that word the rest of the message themselves."""
+    return KINDS[kind](value, options or {})
+
+
 def shown(value):
     """A value as a message shows it: repr, with the password of any URL inside replaced by
     ********, so a refusal never prints a credential."""
