@@ -15,9 +15,11 @@ pipe (https://chromedevtools.github.io/devtools-protocol/), and writes what each
 installed with apt when missing and this runs as root. It gets no network: host names resolve to
 nothing and every proxied request goes to a closed port, so a page can load only file:// URLs.
 
-Nothing here reaches Galaxy or the ansible docs site: the collection is found through a link under
-build/docs-src/collections, and the few labels of docs.ansible.com that the pages link to come from
-a small local intersphinx inventory (see ANSIBLE_DOCS_LABELS).
+Nothing here reaches Galaxy or the ansible docs site: the collection is found under
+build/docs-src/collections, a copy of the checkout's collection files without the private plugins
+(names that start with "_": role internals, not public API, docs/architecture.md), and the few labels of
+docs.ansible.com that the pages link to come from a small local intersphinx inventory (see
+ANSIBLE_DOCS_LABELS).
 """
 
 from __future__ import annotations
@@ -170,13 +172,41 @@ def ensure_venv() -> Path:
     return VENV / "bin"
 
 
+def private(path: Path) -> bool:
+    """A plugin the roles use internally: its name starts with "_" (docs/architecture.md)."""
+    return path.name.startswith("_")
+
+
+# What antsibull-docs reads of the collection: its metadata, plugins, roles and extra docs.
+PUBLISHED = ("galaxy.yml", "meta", "plugins", "roles", "docs", "README.md", "LICENSE")
+
+
+def public_view(root: Path) -> None:
+    """Make root a copy of the collection as its published docs show it: the checkout's files
+    without the private plugins, so antsibull-docs writes no page for a role's internals. A copy,
+    not links: antsibull-docs names a plugin's page from the plugin's real path. Private
+    module_utils and plugin_utils stay: plugins import them, and they have no pages anyway."""
+    if root.is_symlink():  # the whole checkout, as an earlier build linked it
+        root.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    skip = shutil.ignore_patterns("__pycache__")
+    for name in PUBLISHED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=skip)
+        elif source.exists():
+            shutil.copy2(source, root / name)
+    for folder in (root / "plugins").iterdir():
+        if folder.is_dir() and folder.name not in ("module_utils", "plugin_utils"):
+            for path in folder.iterdir():
+                if private(path):
+                    path.unlink()
+
+
 def tool_env(bin_dir: Path) -> dict[str, str]:
     collections = SRC / "collections"
-    link = collections / "ansible_collections" / "gpufleet" / "inference"
-    if not link.is_symlink() or link.resolve() != REPO:
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.unlink(missing_ok=True)
-        link.symlink_to(REPO, target_is_directory=True)
+    public_view(collections / "ansible_collections" / "gpufleet" / "inference")
     env = dict(os.environ)
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",

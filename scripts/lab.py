@@ -81,7 +81,7 @@ MIRROR = "http://deb.debian.org/debian"
 CACHE_DIR = Path(os.environ.get("GPUFLEET_LAB_CACHE", "/var/cache/gpufleet-lab"))
 DOCKERD_LOG = Path("/var/log/gpufleet-lab-dockerd.log")
 
-# What a systemd container needs here, where --privileged is refused (DESIGN.md section 5).
+# What a systemd container needs here, where --privileged is refused (docs/lab.md).
 SYSTEMD_RUN_ARGS = [
     "--cgroupns=host",
     "-v",

@@ -51,7 +51,7 @@ MARKUP = (
     (re.compile(r"\bI\(([^)]*)\)"), r"*\1*"),
     (re.compile(r"\bB\(([^)]*)\)"), r"**\1**"),
     # Another role's option, O(gpufleet.inference.vllm#role:main:vllm_api_key), shows its name;
-    # a plugin, P(gpufleet.inference.fabric_network_plan#filter), shows its full name.
+    # a plugin, P(gpufleet.inference.nccl_env#filter), shows its full name.
     (re.compile(r"\bO\([\w.]+#role:[\w-]+:([^)]*)\)"), r"`\1`"),
     (re.compile(r"\bP\(([^)#]*)#\w+\)"), r"`\1`"),
     (re.compile(r"\b(?:C|O|V|M|E|RV)\(([^)]*)\)"), r"`\1`"),

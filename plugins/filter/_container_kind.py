@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: container_kind
+name: _container_kind
 short_description: Tell a container guest from a host or a VM
 version_added: 0.1.0
 description:
@@ -27,7 +27,7 @@ options:
 EXAMPLES = r"""
 - name: Record the host kind
   ansible.builtin.set_fact:
-    __my_role_container: "{{ ansible_facts | gpufleet.inference.container_kind }}"
+    __my_role_container: "{{ ansible_facts | gpufleet.inference._container_kind }}"
 """
 
 RETURN = r"""
@@ -49,4 +49,4 @@ def container_kind(facts):
 
 class FilterModule(object):
     def filters(self):
-        return {"container_kind": container_kind}
+        return {"_container_kind": container_kind}

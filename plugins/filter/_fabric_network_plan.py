@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: fabric_network_plan
+name: _fabric_network_plan
 short_description: Validate a fabric link and render it for netplan or systemd-networkd
 version_added: 0.1.0
 description:
@@ -59,7 +59,7 @@ options:
 EXAMPLES = r"""
 - name: Plan the fabric files
   ansible.builtin.set_fact:
-    __plan: "{{ ['ens1f0np0', 'ens1f1np1'] | gpufleet.inference.fabric_network_plan(bond='bond0', mtu=9000,
+    __plan: "{{ ['ens1f0np0', 'ens1f1np1'] | gpufleet.inference._fabric_network_plan(bond='bond0', mtu=9000,
                 addresses=['10.10.0.11/24'], backend='netplan') }}"
 """
 
@@ -112,4 +112,4 @@ def fabric_network_plan(
 
 class FilterModule(object):
     def filters(self):
-        return {"fabric_network_plan": fabric_network_plan}
+        return {"_fabric_network_plan": fabric_network_plan}

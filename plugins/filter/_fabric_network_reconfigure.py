@@ -9,7 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: fabric_network_reconfigure
+name: _fabric_network_reconfigure
 short_description: The fabric links to reconfigure after a systemd-networkd reload
 version_added: 0.1.0
 description:
@@ -21,7 +21,7 @@ description:
     configuration it had before the reload (docs/fabric-network.md says why that matters).
 options:
   _input:
-    description: The result of the C(gpufleet.inference.fabric_network_plan) filter.
+    description: The result of the C(gpufleet.inference._fabric_network_plan) filter.
     type: dict
     required: true
   changed:
@@ -41,7 +41,7 @@ EXAMPLES = r"""
   ansible.builtin.command:
     argv: "{{ ['networkctl', 'reconfigure'] + __links }}"
   vars:
-    __links: "{{ __plan | gpufleet.inference.fabric_network_reconfigure(__changed, ansible_facts['interfaces']) }}"
+    __links: "{{ __plan | gpufleet.inference._fabric_network_reconfigure(__changed, ansible_facts['interfaces']) }}"
   when: __links | length > 0
   changed_when: true
 """
@@ -66,4 +66,4 @@ def fabric_network_reconfigure(plan, changed, interfaces):
 
 class FilterModule(object):
     def filters(self):
-        return {"fabric_network_reconfigure": fabric_network_reconfigure}
+        return {"_fabric_network_reconfigure": fabric_network_reconfigure}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: fabric_schedule
+name: _fabric_schedule
 short_description: Pair hosts into rounds for a fabric bandwidth test
 version_added: 0.1.0
 description:
@@ -41,11 +41,11 @@ options:
 EXAMPLES = r"""
 - name: Plan the all-pairs test
   ansible.builtin.set_fact:
-    __fabric_rounds: "{{ groups['gpu_nodes'] | gpufleet.inference.fabric_schedule }}"
+    __fabric_rounds: "{{ groups['gpu_nodes'] | gpufleet.inference._fabric_schedule }}"
 
 - name: Plan a neighbour-only test for a big cluster
   ansible.builtin.set_fact:
-    __fabric_rounds: "{{ groups['gpu_nodes'] | gpufleet.inference.fabric_schedule(mode='ring') }}"
+    __fabric_rounds: "{{ groups['gpu_nodes'] | gpufleet.inference._fabric_schedule(mode='ring') }}"
 """
 
 RETURN = r"""
@@ -80,4 +80,4 @@ def fabric_schedule(hosts, mode="circle"):
 
 class FilterModule(object):
     def filters(self):
-        return {"fabric_schedule": fabric_schedule}
+        return {"_fabric_schedule": fabric_schedule}

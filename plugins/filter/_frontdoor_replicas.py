@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: frontdoor_replicas
+name: _frontdoor_replicas
 short_description: The serving replicas behind a front door, from the inventory
 version_added: 0.1.0
 description:
@@ -68,7 +68,7 @@ EXAMPLES = r"""
 - name: Plan the replicas behind this front door
   ansible.builtin.set_fact:
     __frontdoor_plan: >-
-      {{ hostvars | gpufleet.inference.frontdoor_replicas(groups, defaults={'vllm_api_port': 8000},
+      {{ hostvars | gpufleet.inference._frontdoor_replicas(groups, defaults={'vllm_api_port': 8000},
            frontend=inventory_hostname) }}
   no_log: true
 """
@@ -113,9 +113,9 @@ def frontdoor_replicas(hostvars, groups, defaults=None, frontend="", check_host=
     try:
         return _frontdoor.plan(hostvars, groups, defaults, frontend, check_host, check_uri, settings)
     except ValueError as exc:
-        raise AnsibleFilterError("gpufleet.inference.frontdoor_replicas:\n%s" % exc) from None
+        raise AnsibleFilterError("gpufleet.inference._frontdoor_replicas:\n%s" % exc) from None
 
 
 class FilterModule(object):
     def filters(self):
-        return {"frontdoor_replicas": frontdoor_replicas}
+        return {"_frontdoor_replicas": frontdoor_replicas}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: llama_cpp_help_dialect
+name: _llama_cpp_help_dialect
 short_description: Read the flag dialect of a built llama-server from its --help output
 version_added: 0.1.0
 description:
@@ -29,7 +29,7 @@ options:
 EXAMPLES = r"""
 - name: Read the dialect of a build
   ansible.builtin.set_fact:
-    __dialect: "{{ help.stdout | gpufleet.inference.llama_cpp_help_dialect('ggml-rpc-server') }}"
+    __dialect: "{{ help.stdout | gpufleet.inference._llama_cpp_help_dialect('ggml-rpc-server') }}"
 """
 
 RETURN = r"""
@@ -47,4 +47,4 @@ def llama_cpp_help_dialect(help_text, rpc_server_binary=""):
 
 class FilterModule(object):
     def filters(self):
-        return {"llama_cpp_help_dialect": llama_cpp_help_dialect}
+        return {"_llama_cpp_help_dialect": llama_cpp_help_dialect}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: llama_cpp_help_flags
+name: _llama_cpp_help_flags
 short_description: Read the flags a llama.cpp binary lists in its --help output
 version_added: 0.1.0
 description:
@@ -26,7 +26,7 @@ options:
 EXAMPLES = r"""
 - name: Read the flags of the installed llama-server
   ansible.builtin.set_fact:
-    __flags: "{{ (help.stdout ~ '\n' ~ help.stderr) | gpufleet.inference.llama_cpp_help_flags }}"
+    __flags: "{{ (help.stdout ~ '\n' ~ help.stderr) | gpufleet.inference._llama_cpp_help_flags }}"
 """
 
 RETURN = r"""
@@ -44,4 +44,4 @@ def llama_cpp_help_flags(help_text):
 
 class FilterModule(object):
     def filters(self):
-        return {"llama_cpp_help_flags": llama_cpp_help_flags}
+        return {"_llama_cpp_help_flags": llama_cpp_help_flags}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: llama_rpc_instances
+name: _llama_rpc_instances
 short_description: Plan the llama.cpp RPC servers of one worker
 version_added: 0.1.0
 description:
@@ -18,11 +18,11 @@ description:
     Devices default to C(CUDA0..CUDA<n-1>) for the O(gpu_count) GPUs found.
   - With O(threads), each entry also carries C(argv), the RPC server's arguments without the
     binary, C(--host), C(--port), C(--threads), C(--device) and C(--cache), then O(extra_args).
-  - Fails, naming the variable and the fix, when the bind address is not an IP, is the
-    unspecified address, or is outside the fabric subnet, when a device is not a ggml device name,
-    when an allowed source is not an IP address, and when an extra argument is a flag the role
-    sets, holds a control character, or is not listed by the deployed binary's C(--help)
-    (O(flags)), naming the closest real flag.
+  - Fails with every problem at once, each naming the variable and the fix, when the bind address
+    is not an IP, is the unspecified address, an IPv6 address or outside the fabric subnet, when a
+    device is not a ggml device name, when an allowed source is not an IP address, when the ports
+    run past 65535, and when an extra argument is a flag the role sets, holds a control character,
+    or is not listed by the deployed binary's C(--help) (O(flags)), naming the closest real flag.
 options:
   _input:
     description: The address the servers bind to, the node's fabric address.
@@ -70,7 +70,7 @@ options:
     default: []
   flags:
     description:
-      - The flags of the RPC server being deployed, as P(gpufleet.inference.llama_cpp_help_flags#filter)
+      - The flags of the RPC server being deployed, as C(gpufleet.inference._llama_cpp_help_flags)
         reads them from its C(--help) (the C(llama_cpp_rpc_server_flags) fact). Empty or C(none)
         skips that check, while the build is not installed yet.
     type: dict
@@ -79,7 +79,8 @@ options:
 EXAMPLES = r"""
 - name: Plan the servers
   ansible.builtin.set_fact:
-    __instances: "{{ '10.10.0.11' | gpufleet.inference.llama_rpc_instances(port=50052, per_device=true, gpu_count=8) }}"
+    __instances: >-
+      {{ '10.10.0.11' | gpufleet.inference._llama_rpc_instances(port=50052, per_device=true, gpu_count=8) }}
 """
 
 RETURN = r"""
@@ -105,12 +106,10 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import (
-    check_fabric_address,
-    check_rpc_devices,
-    check_rpc_sources,
     format_problems,
     rpc_endpoint,
     rpc_instances,
+    rpc_problems,
     rpc_server_argv,
 )
 
@@ -119,37 +118,23 @@ def llama_rpc_instances(
     address, port, per_device=False, devices=None, gpu_count=0, subnet="", sources=None,
     threads=None, cache=False, extra_args=None, flags=None,
 ):  # fmt: skip
-    problem = check_fabric_address("llama_rpc_bind_address", address, subnet)
-    if problem:
-        raise AnsibleFilterError(problem)
-    problems = check_rpc_devices(devices if devices is not None else [])
-    problems += check_rpc_sources(sources if sources is not None else [])
+    # The extra arguments are only checked where they are used: in the argv, with threads.
+    problems = rpc_problems(
+        address, port, per_device, devices, gpu_count, subnet, sources,
+        extra_args=None if threads is None else ([] if extra_args is None else extra_args), flags=flags,
+    )  # fmt: skip
+    if len(problems) == 1:
+        raise AnsibleFilterError(problems[0])
     if problems:
         raise AnsibleFilterError("llama_rpc_worker settings are invalid:\n%s" % format_problems(problems))
-    if ":" in str(address):
-        raise AnsibleFilterError(
-            "llama_rpc_bind_address=%s is IPv6; ggml-rpc reads --rpc endpoints as HOST:PORT split at the first ':', "
-            "so IPv6 endpoints cannot work. Use the node's IPv4 fabric address" % (address,)
-        )
-    try:
-        port = int(port)
-    except (TypeError, ValueError):
-        raise AnsibleFilterError("llama_rpc_port=%r is not a TCP port; set it to 1..65535" % (port,)) from None
-    if not 0 < port < 65536:
-        raise AnsibleFilterError("llama_rpc_port=%r is not a TCP port; set it to 1..65535" % (port,))
-    instances = rpc_instances(devices or [], per_device, gpu_count, port)
-    if instances[-1]["port"] > 65535:
-        raise AnsibleFilterError("llama_rpc_port=%s leaves no room for %d servers" % (port, len(instances)))
-    problems = []
+    instances = rpc_instances(devices or [], per_device, gpu_count, int(port))
     for instance in instances:
         instance["endpoint"] = rpc_endpoint(address, instance["port"])
         if threads is not None:
-            instance["argv"], problems = rpc_server_argv(instance, address, threads, cache, extra_args, flags)
-    if problems:
-        raise AnsibleFilterError("llama_rpc_worker settings are invalid:\n%s" % format_problems(problems))
+            instance["argv"], _problems = rpc_server_argv(instance, address, threads, cache, extra_args, flags)
     return instances
 
 
 class FilterModule(object):
     def filters(self):
-        return {"llama_rpc_instances": llama_rpc_instances}
+        return {"_llama_rpc_instances": llama_rpc_instances}

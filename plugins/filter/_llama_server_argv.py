@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: llama_server_argv
+name: _llama_server_argv
 short_description: Build and validate llama-server's arguments for a llama.cpp version
 version_added: 0.1.0
 description:
@@ -51,7 +51,7 @@ options:
     default: ""
   flags:
     description:
-      - The flags of the llama-server being deployed, as P(gpufleet.inference.llama_cpp_help_flags#filter)
+      - The flags of the llama-server being deployed, as C(gpufleet.inference._llama_cpp_help_flags)
         reads them from its C(--help) (the C(llama_cpp_server_flags) fact). Every flag in
         C(extra_args) must be one of them; the message names the closest real flag. Empty or
         C(none) skips the check, while the build is not installed yet.
@@ -62,7 +62,7 @@ EXAMPLES = r"""
 - name: Build the arguments
   ansible.builtin.set_fact:
     __argv: >-
-      {{ settings | gpufleet.inference.llama_server_argv(dialect=dialect, workers=['w1'],
+      {{ settings | gpufleet.inference._llama_server_argv(dialect=dialect, workers=['w1'],
            endpoints=[['10.10.0.11:50052']], addresses=[['10.10.0.11']], subnet='10.10.0.0/24') }}
 """
 
@@ -74,35 +74,14 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import (
-    check_fabric_address,
-    format_problems,
-    server_argv,
-)
+from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import format_problems, server_plan
 
 
 def llama_server_argv(settings, dialect, workers, endpoints, addresses, subnet="", flags=None):
-    problems = []
-    if not workers:
-        problems.append(
-            "the coordinator has no RPC workers: the llama_rpc_workers group is empty or its hosts did not run "
-            "the llama_rpc_worker role. Add the workers to the llama_rpc_workers group"
-        )
-    if not len(workers or []) == len(endpoints or []) == len(addresses or []):
-        raise AnsibleFilterError(
-            "llama_server_argv: workers, endpoints and addresses must have one entry per worker, got %d, %d and %d"
-            % (len(workers or []), len(endpoints or []), len(addresses or []))
-        )
-    rpc = []
-    for worker, worker_endpoints, worker_addresses in zip(workers or [], endpoints or [], addresses or []):
-        for address in worker_addresses or []:
-            problem = check_fabric_address("llama_rpc_bind_address of %s" % worker, address, subnet)
-            if problem:
-                problems.append(problem)
-        rpc += worker_endpoints or []
-    settings = dict(settings, rpc=rpc)
-    argv, more = server_argv(settings, dialect, flags)
-    problems += more
+    try:
+        argv, problems = server_plan(settings, dialect, workers, endpoints, addresses, subnet, flags)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     if problems:
         raise AnsibleFilterError("llama_server settings are invalid:\n%s" % format_problems(problems))
     return argv
@@ -110,4 +89,4 @@ def llama_server_argv(settings, dialect, workers, endpoints, addresses, subnet="
 
 class FilterModule(object):
     def filters(self):
-        return {"llama_server_argv": llama_server_argv}
+        return {"_llama_server_argv": llama_server_argv}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: nvidia_driver_plan
+name: _nvidia_driver_plan
 short_description: Plan a clean NVIDIA driver branch or kernel-module switch from the installed packages
 version_added: 0.1.0
 description:
@@ -39,7 +39,7 @@ EXAMPLES = r"""
 - name: Plan the switch
   ansible.builtin.set_fact:
     __nvidia_driver_plan: >-
-      {{ ansible_facts.packages | gpufleet.inference.nvidia_driver_plan(branch='580', kernel_modules='open') }}
+      {{ ansible_facts.packages | gpufleet.inference._nvidia_driver_plan(branch='580', kernel_modules='open') }}
 """
 
 RETURN = r"""
@@ -60,7 +60,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._nvidia_driver 
 def nvidia_driver_plan(packages, branch, kernel_modules):
     if kernel_modules not in ("open", "proprietary"):
         raise AnsibleFilterError("nvidia_driver_plan kernel_modules=%r: use open or proprietary" % (kernel_modules,))
-    if not isinstance(branch, str) or not re.match(r"^[0-9]{3}$", branch):
+    if not isinstance(branch, str) or not re.match(r"^[0-9]{3}\Z", branch):
         raise AnsibleFilterError("nvidia_driver_plan branch=%r: give a three-digit branch such as '580'" % (branch,))
     if not isinstance(packages, dict):
         raise AnsibleFilterError(
@@ -72,4 +72,4 @@ def nvidia_driver_plan(packages, branch, kernel_modules):
 
 class FilterModule(object):
     def filters(self):
-        return {"nvidia_driver_plan": nvidia_driver_plan}
+        return {"_nvidia_driver_plan": nvidia_driver_plan}

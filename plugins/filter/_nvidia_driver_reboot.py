@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: nvidia_driver_reboot
+name: _nvidia_driver_reboot
 short_description: Decide whether a host must reboot before its installed NVIDIA driver runs
 version_added: 0.1.0
 description:
@@ -20,7 +20,7 @@ options:
   _input:
     description:
       - Upstream version of the installed kernel-module package, or null.
-      - That is C(installed_version) of the gpufleet.inference.nvidia_driver_plan filter.
+      - That is C(installed_version) of the gpufleet.inference._nvidia_driver_plan filter.
     type: str
     required: true
   gpu_count:
@@ -45,7 +45,7 @@ EXAMPLES = r"""
 - name: Decide on the reboot
   ansible.builtin.set_fact:
     __nvidia_driver_reboot: >-
-      {{ __plan.installed_version | gpufleet.inference.nvidia_driver_reboot(
+      {{ __plan.installed_version | gpufleet.inference._nvidia_driver_reboot(
            gpu_count=8, container='', loaded_version='570.195.03', nouveau_loaded=false) }}
 """
 
@@ -70,4 +70,4 @@ def nvidia_driver_reboot(installed_version, gpu_count, container, loaded_version
 
 class FilterModule(object):
     def filters(self):
-        return {"nvidia_driver_reboot": nvidia_driver_reboot}
+        return {"_nvidia_driver_reboot": nvidia_driver_reboot}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: repository_url
+name: _repository_url
 short_description: Split the credentials off an apt repository URL
 version_added: 0.1.0
 description:
@@ -34,7 +34,7 @@ options:
 EXAMPLES = r"""
 - name: Split the credentials off the repository URL
   ansible.builtin.set_fact:
-    __my_role_repo: "{{ my_role_repo_url | gpufleet.inference.repository_url('my_role_repo_url') }}"
+    __my_role_repo: "{{ my_role_repo_url | gpufleet.inference._repository_url('my_role_repo_url') }}"
   no_log: true
 """
 
@@ -74,4 +74,4 @@ def repository_url(url, origin):
 
 class FilterModule(object):
     def filters(self):
-        return {"repository_url": repository_url}
+        return {"_repository_url": repository_url}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: vllm_config
+name: _vllm_config
 short_description: Validate pass-through vLLM flags and build the vllm serve --config mapping
 version_added: 0.1.0
 description:
@@ -42,7 +42,7 @@ options:
 EXAMPLES = r"""
 - name: Build the validated vllm serve --config mapping
   ansible.builtin.set_fact:
-    __vllm_config: "{{ vllm_args | gpufleet.inference.vllm_config(version='0.33.0') }}"
+    __vllm_config: "{{ vllm_args | gpufleet.inference._vllm_config(version='0.33.0') }}"
 """
 
 RETURN = r"""
@@ -65,7 +65,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._vllm_catalogue
 def vllm_config(args, version, owned=None):
     if str(version) not in versions():
         raise AnsibleFilterError(
-            "gpufleet.inference.vllm_config: no flag catalogue for vLLM %r; shipped: %s"
+            "gpufleet.inference._vllm_config: no flag catalogue for vLLM %r; shipped: %s"
             % (version, ", ".join(versions()))
         )
     config, problems = validate(args, str(version), owned=owned)
@@ -76,4 +76,4 @@ def vllm_config(args, version, owned=None):
 
 class FilterModule:
     def filters(self):
-        return {"vllm_config": vllm_config}
+        return {"_vllm_config": vllm_config}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: vllm_nft
+name: _vllm_nft
 short_description: Render the nftables table that fences one vLLM replica
 version_added: 0.1.0
 description:
@@ -50,7 +50,7 @@ options:
 EXAMPLES = r"""
 - name: Render the replica firewall
   ansible.builtin.copy:
-    content: "{{ ['10.0.0.1', '10.0.0.2'] | gpufleet.inference.vllm_nft('gpufleet_vllm_r0', 8000, ['10.0.1.0/24'],
+    content: "{{ ['10.0.0.1', '10.0.0.2'] | gpufleet.inference._vllm_nft('gpufleet_vllm_r0', 8000, ['10.0.1.0/24'],
                  {'vllm_master_port': 29501}, [32768, 60999]) }}"
     dest: /etc/gpufleet/vllm/r0/firewall.nft
     mode: "0644"
@@ -75,4 +75,4 @@ def vllm_nft(peers, table, api_port, api_clients, internal_ports, ephemeral):
 
 class FilterModule(object):
     def filters(self):
-        return {"vllm_nft": vllm_nft}
+        return {"_vllm_nft": vllm_nft}

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-name: vllm_replica_plan
+name: _vllm_replica_plan
 short_description: Check the layout of one vLLM replica and return its plan
 version_added: 0.1.0
 description:
@@ -36,7 +36,7 @@ options:
 EXAMPLES = r"""
 - name: Plan this host's replica
   ansible.builtin.set_fact:
-    __vllm_plan: "{{ hostvars | gpufleet.inference.vllm_replica_plan(ansible_play_hosts_all, vllm_replica) }}"
+    __vllm_plan: "{{ hostvars | gpufleet.inference._vllm_replica_plan(ansible_play_hosts_all, vllm_replica) }}"
 """
 
 RETURN = r"""
@@ -69,4 +69,4 @@ def vllm_replica_plan(hostvars, hosts, replica):
 
 class FilterModule(object):
     def filters(self):
-        return {"vllm_replica_plan": vllm_replica_plan}
+        return {"_vllm_replica_plan": vllm_replica_plan}

@@ -68,30 +68,15 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
-from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import (
-    format_problems,
-    merge_overrides,
-    transport_env,
-    validate_env,
-)
+from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import build_env, format_problems
 
 
 def nccl_env(
     overrides, transport, socket_ifname="", ib_hca="", ib_gid_index=None, ib_tc=None, interfaces=None, origins=None
 ):
-    if overrides is None:
-        overrides = {}
-    if not isinstance(overrides, dict):
-        raise AnsibleFilterError(
-            "gpufleet.inference.nccl_env: nccl_env_overrides must be a mapping of NCCL_* names to values, "
-            "got %s %r" % (type(overrides).__name__, overrides)
-        )
-    env = merge_overrides(transport_env(transport, socket_ifname, ib_hca, ib_gid_index, ib_tc), overrides)
-    # An overridden key is the override's doing, not the role variable's it replaced.
-    origins = dict((key, var) for key, var in (origins or {}).items() if key not in overrides)
-    problems = validate_env(
-        env, transport, interfaces=None if interfaces is None else list(interfaces), origins=origins
-    )
+    env, problems = build_env(overrides, transport, socket_ifname, ib_hca, ib_gid_index, ib_tc, interfaces, origins)
+    if env is None:
+        raise AnsibleFilterError("gpufleet.inference.nccl_env: %s" % problems[0]["msg"])
     if problems:
         raise AnsibleFilterError(
             "gpufleet.inference.nccl_env: %d problem(s): %s" % (len(problems), format_problems(problems))

@@ -93,38 +93,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.module_utils import _prometheus_targets
 
 
-def _read(hostvars, host):
-    variables = {}
-    problems = []
-    if host not in hostvars:
-        return variables, problems
-    host_vars = hostvars[host]
-    for name in _prometheus_targets.VARIABLES:
-        try:
-            value = host_vars.get(name)
-        except Exception as exc:  # an inventory template that does not render
-            problems.append("%s on %s cannot be templated: %s; fix it in the inventory" % (name, host, exc))
-            continue
-        variables[name] = value
-    return variables, problems
-
-
 def prometheus_targets(hostvars, groups, settings=None):
     if not isinstance(groups, dict):
         raise AnsibleFilterError("prometheus_targets needs groups (a dict of lists), got %r" % (type(groups).__name__,))
     if settings is not None and not isinstance(settings, dict):
         raise AnsibleFilterError("prometheus_targets: settings must be a dict of variables, got %r" % (settings,))
-    groups = {name: list(members or []) for name, members in groups.items()}
-    wanted = set()
-    for group in (*_prometheus_targets.SERVING_GROUPS, _prometheus_targets.FRONTEND_GROUP):
-        wanted.update(groups.get(group, []))
-    hosts = {}
     # The role's own settings first: they are the operator's, the rest is the inventory's.
     problems = _prometheus_targets.settings_problems(settings) if settings else []
-    for host in sorted(wanted):
-        hosts[host], read_problems = _read(hostvars, host)
-        problems += read_problems
-    result, target_problems = _prometheus_targets.targets(hosts, groups)
+    result, target_problems = _prometheus_targets.inventory_targets(hostvars, groups)
     problems += target_problems
     if problems:
         raise AnsibleFilterError("\n".join(problems))

@@ -99,7 +99,7 @@ def normalize_request(kind, request):
     problems = []
     allowed = keys(kind)
     minimum = KINDS[kind][3]
-    for key in sorted(request or {}):
+    for key in sorted(request or {}, key=str):
         value = request[key]
         name = "%s.%s" % (kind, key)
         if key not in allowed:
@@ -115,6 +115,18 @@ def normalize_request(kind, request):
         else:
             problems.append("%s=%r must be an integer of at least %d or 'max'" % (name, value, minimum))
     return normalized, problems
+
+
+def request_problems(request, kind, variable):
+    """The problems of a request as a role variable gives it (None: nothing asked), each naming
+    the variable instead of the module option: the preflight form of normalize_request."""
+    if request is None:
+        return []
+    if not isinstance(request, dict):
+        return ["%s must be a dict of %s, got %r" % (variable, ", ".join(keys(kind)), request)]
+    _normalized, problems = normalize_request(kind, request)
+    # normalize_request names an entry <kind>.<key>; the operator set <variable>.<key>.
+    return [variable + problem[len(kind) :] for problem in problems]
 
 
 def plan(kind, model, request):

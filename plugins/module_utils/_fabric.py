@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fabric bandwidth test: who tests whom in which round, how the results are judged, and the report.
 
-Facts (../shared/research/perf_reliability_ecosystem.md, section A2):
+Facts (iperf3's documentation and behaviour, iperf3 3.12 on Debian 12):
 - An iperf3 server runs one test at a time, and two tests that share a NIC measure contention,
   not the link. So hosts are paired into rounds in which no host is in two tests.
 - The circle method (round-robin tournament) covers all N(N-1)/2 pairs in N-1 rounds of N/2
@@ -26,6 +26,8 @@ import io
 import math
 import re
 from statistics import median
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 
 MIN_LINE_FRACTION = 0.85
 MIN_BEST_FRACTION = 0.93
@@ -117,6 +119,86 @@ def ring_schedule(hosts):
     if count % 2 == 0:
         return [edges[0::2], edges[1::2]]
     return [edges[0 : count - 1 : 2], edges[1 : count - 1 : 2], [edges[-1]]]
+
+
+# ---------------------------------------------------------------- the role's settings
+
+MODES = ("circle", "ring", "sequential")
+BACKENDS = ("auto", "iperf3", "python")
+DIRECTIONS = ("forward", "reverse", "bidir")
+# Numbers are checked as they were written, so "10" passes and 10.5, "10s" and True do not.
+_WHOLE = re.compile(r"^[0-9]+\Z")
+_DECIMAL = re.compile(r"^[0-9]*[.]?[0-9]+\Z")
+
+
+def _whole(value):
+    """The value as a whole number when it is written as one (digits only), else None."""
+    text = str(value)
+    return int(text) if _WHOLE.match(text) else None
+
+
+def _decimal(value):
+    """The value as a number when it is written as digits with at most one point, else None."""
+    text = str(value)
+    return float(text) if _DECIMAL.match(text) else None
+
+
+def _choice(problems, settings, name, choices):
+    if settings[name] not in choices:
+        words = ", ".join(choices[:-1]) + " or " + choices[-1]
+        problems.append("%s=%s must be %s" % (name, settings[name], words))
+
+
+def _empty(value):
+    return value is None or (isinstance(value, (str, list, tuple, dict)) and len(value) == 0)
+
+
+def settings_problems(settings):
+    """One message per bad fabric_validate_* variable (the fabric_validate role's preflight, through
+    the _role_problems filter), each naming it, its value and what is allowed."""
+    address = settings["fabric_validate_address"]
+    checks = [] if _empty(address) else [["ip", "fabric_validate_address", address]]
+    checks += [
+        ["port", "fabric_validate_port", settings["fabric_validate_port"]],
+        ["file_name", "fabric_validate_report_name", settings["fabric_validate_report_name"]],
+        ["text", "fabric_validate_report_dir", settings["fabric_validate_report_dir"]],
+    ]
+    problems = _render.input_problems(checks)
+    if _empty(address):
+        problems.append(
+            "fabric_validate_address is empty: set gpufleet_fabric_address, the fabric address of the host, "
+            "in the inventory"
+        )
+    _choice(problems, settings, "fabric_validate_mode", MODES)
+    _choice(problems, settings, "fabric_validate_backend", BACKENDS)
+    _choice(problems, settings, "fabric_validate_direction", DIRECTIONS)
+    duration = _whole(settings["fabric_validate_duration"])
+    if duration is None or duration <= 0:
+        problems.append(
+            "fabric_validate_duration=%s must be whole seconds > 0" % (settings["fabric_validate_duration"],)
+        )
+    streams = _whole(settings["fabric_validate_streams"])
+    if streams is None or not 0 < streams <= 128:
+        problems.append("fabric_validate_streams=%s must be 1..128" % (settings["fabric_validate_streams"],))
+    line = _decimal(settings["fabric_validate_min_line_fraction"])
+    if line is None or line > 1:
+        problems.append(
+            "fabric_validate_min_line_fraction=%s must be 0..1 (0 turns the line-rate check off)"
+            % (settings["fabric_validate_min_line_fraction"],)
+        )
+    best = _decimal(settings["fabric_validate_min_best_fraction"])
+    if best is None or not 0 < best <= 1:
+        problems.append(
+            "fabric_validate_min_best_fraction=%s must be above 0 and at most 1"
+            % (settings["fabric_validate_min_best_fraction"],)
+        )
+    mtu = _whole(settings["fabric_validate_mtu"])
+    if mtu is None or mtu < 576:
+        problems.append("fabric_validate_mtu=%s must be a whole number >= 576" % (settings["fabric_validate_mtu"],))
+    rate = settings["fabric_validate_line_rate_gbps"]
+    if rate is not None and (_decimal(rate) or 0) <= 0:
+        problems.append("fabric_validate_line_rate_gbps=%s must be null or the link speed in Gbit/s, above 0" % (rate,))
+    return problems
 
 
 def _host_key(host):

@@ -14,7 +14,7 @@ import re
 
 # Linux interface names: at most 15 bytes, no '/', ':' or whitespace (dev_valid_name()).
 IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-# Parameters of the flagship's 8x25G LACP bond (DESIGN.md); netplan spelling -> networkd key.
+# Parameters of the flagship's 8x25G LACP bond (inventories/cluster-80x5090); netplan spelling -> networkd key.
 BOND_DEFAULTS = {
     "mode": "802.3ad",
     "lacp-rate": "fast",
@@ -68,6 +68,32 @@ def _addresses(variable, values):
     return result
 
 
+def _bond_parameters(bond_parameters):
+    """The bond's parameters: the defaults with the overrides of fabric_network_bond_parameters."""
+    # An empty value of any type means no override, as it always did.
+    if bond_parameters and not isinstance(bond_parameters, dict):
+        _fail("fabric_network_bond_parameters", bond_parameters, "must be a mapping, such as {lacp-rate: slow}")
+    parameters = dict(BOND_DEFAULTS)
+    for key, value in (bond_parameters or {}).items():
+        if key not in BOND_DEFAULTS:
+            _fail("fabric_network_bond_parameters", key, "is not a bond parameter; use %s" % ", ".join(BOND_DEFAULTS))
+        parameters[key] = value
+    for key, choices in BOND_CHOICES.items():
+        if parameters[key] not in choices:
+            _fail(
+                "fabric_network_bond_parameters",
+                "%s: %s" % (key, parameters[key]),
+                "must be one of %s" % ", ".join(choices),
+            )
+    try:
+        parameters["mii-monitor-interval"] = int(parameters["mii-monitor-interval"])
+    except (TypeError, ValueError):
+        _fail(
+            "fabric_network_bond_parameters", parameters["mii-monitor-interval"], "mii-monitor-interval is milliseconds"
+        )
+    return parameters
+
+
 def build_model(interfaces, bond, mtu, addresses, vlans=None, bond_parameters=None):
     """Validate the role's inputs and return the normalised model.
 
@@ -98,25 +124,10 @@ def build_model(interfaces, bond, mtu, addresses, vlans=None, bond_parameters=No
         _fail("fabric_network_mtu", mtu, "must be a number of bytes, such as 9000")
     if not 1280 <= mtu <= 9216:
         _fail("fabric_network_mtu", mtu, "is outside 1280..9216; jumbo fabrics use 9000")
-    parameters = dict(BOND_DEFAULTS)
-    for key, value in (bond_parameters or {}).items():
-        if key not in BOND_DEFAULTS:
-            _fail("fabric_network_bond_parameters", key, "is not a bond parameter; use %s" % ", ".join(BOND_DEFAULTS))
-        parameters[key] = value
-    for key, choices in BOND_CHOICES.items():
-        if parameters[key] not in choices:
-            _fail(
-                "fabric_network_bond_parameters",
-                "%s: %s" % (key, parameters[key]),
-                "must be one of %s" % ", ".join(choices),
-            )
-    try:
-        parameters["mii-monitor-interval"] = int(parameters["mii-monitor-interval"])
-    except (TypeError, ValueError):
-        _fail(
-            "fabric_network_bond_parameters", parameters["mii-monitor-interval"], "mii-monitor-interval is milliseconds"
-        )
+    parameters = _bond_parameters(bond_parameters)
     link = bond or members[0]
+    if vlans and not isinstance(vlans, (list, tuple)):
+        _fail("fabric_network_vlans", vlans, "must be a list, such as [{id: 100, addresses: [10.20.0.11/24]}]")
     result_vlans = []
     for vlan in vlans or []:
         vlan_id = vlan.get("id") if isinstance(vlan, dict) else None
@@ -320,3 +331,85 @@ def reconfigure_links(model, changed, interfaces):
         and link in interfaces
         and networkd_path(link, "netdev") not in changed
     ]
+
+
+# ---------------------------------------------------------------- the role's settings
+
+# The peers' check takes what the role's preflight gave before: characters of an IPv4 or IPv6
+# address; the ping after the apply names a peer that does not answer.
+_PEER = re.compile(r"^[0-9a-fA-F.:]+\Z")
+# Seconds the link check needs before the revert fires: a base, and the pings of each peer.
+REVERT_BASE_SECONDS = 30
+REVERT_SECONDS_PER_PEER = 20
+_PEERS_DEFAULT = "null means the other hosts of the batch and of committed batches"
+
+
+def template_int(value, default=0):
+    """The number Jinja's int filter makes of a value: whole numbers, numbers written as text, the
+    whole part of a float; anything else is the default."""
+    try:
+        return int(value, 10) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            return default
+
+
+def peer_problems(verify_peers, peers, revert_seconds):
+    """What is wrong with the peers the check after the apply pings (peers: fabric_network_verify_peers,
+    or the other hosts' fabric addresses where it is null) and with the revert window they need."""
+    if not isinstance(peers, (list, tuple)):
+        return [
+            "fabric_network_verify_peers=%s must be a list of fabric IP addresses (%s)" % (verify_peers, _PEERS_DEFAULT)
+        ]
+    problems = []
+    bad = [str(peer) for peer in peers if not _PEER.match(str(peer))]
+    if bad:
+        problems.append(
+            "fabric_network_verify_peers=%s has entries that are not IP addresses: %s" % (verify_peers, ", ".join(bad))
+        )
+    if not peers:
+        problems.append(
+            "fabric_network_verify_peers=%s leaves no peer to check jumbo frames against (%s, here none): run two "
+            "hosts or name a configured peer" % (verify_peers, _PEERS_DEFAULT)
+        )
+    need = REVERT_BASE_SECONDS + REVERT_SECONDS_PER_PEER * len(peers)
+    if template_int(revert_seconds) < need:
+        problems.append(
+            "fabric_network_revert_seconds=%s leaves the checks too little time before the revert fires: set at least "
+            "%d + %d per peer = %d" % (revert_seconds, REVERT_BASE_SECONDS, REVERT_SECONDS_PER_PEER, need)
+        )
+    return problems
+
+
+def settings_problems(settings):
+    """Every problem of the fabric_network role's settings (its preflight, through the _role_problems
+    filter): the peers and the revert window, the link as the plan would refuse it, and an address.
+
+    settings: the role's variables, with peers (the resolved fabric_network_verify_peers),
+    addresses (fabric_network_addresses, or the inventory's fabric address with its prefix) and
+    inventory_hostname."""
+    problems = peer_problems(
+        settings["fabric_network_verify_peers"], settings["peers"], settings["fabric_network_revert_seconds"]
+    )
+    interfaces = settings["fabric_network_interfaces"]
+    addresses = settings["addresses"] if settings["addresses"] is not None else []
+    try:
+        build_model(
+            list(interfaces) if isinstance(interfaces, tuple) else (interfaces if interfaces is not None else []),
+            settings["fabric_network_bond"],
+            template_int(settings["fabric_network_mtu"]),
+            addresses,
+            settings["fabric_network_vlans"],
+            settings["fabric_network_bond_parameters"],
+        )
+    except FabricModelError as exc:
+        # The model stops at its first problem: the link's settings depend on each other.
+        problems.append(str(exc))
+    if isinstance(addresses, (list, tuple)) and not addresses:
+        problems.append(
+            "%s has no fabric address: set fabric_network_addresses (such as [10.10.0.11/24]) or "
+            "gpufleet_fabric_address with gpufleet_fabric_subnet." % settings["inventory_hostname"]
+        )
+    return problems

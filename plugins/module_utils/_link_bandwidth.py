@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """TCP bandwidth between two hosts: iperf3 JSON parsing, a built-in Python engine, link speed.
 
-Facts (../shared/research/perf_reliability_ecosystem.md, iperf3 3.12 on Debian 12, checked here):
+Facts (iperf3 3.12 on Debian 12, checked here):
 - iperf3 3.11 to 3.13 exit 0 on failure with -J; the JSON's top-level "error" key is the only sign.
 - `iperf3 -s -1 --idle-timeout N` exits 0 with empty output when no client came within N seconds;
   a running test is not cut by it.

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """llama.cpp facts the roles build on: flag dialects, argument validation, build identity.
 
-Facts (../shared/research/llamacpp_flags.txt, upstream common/arg.cpp and tools/rpc):
+Facts (llama.cpp's common/arg.cpp and tools/rpc at the pinned build, and their --help):
 - The RPC worker target is `ggml-rpc-server`; older trees call it `rpc-server`.
 - `-fa/--flash-attn` takes on|off|auto; older builds had a bare boolean `-fa`.
 - `-lm/--load-mode` replaced `--no-mmap`, `--mlock` and `--mmap`.
@@ -258,6 +258,37 @@ def server_argv(settings, dialect, flags=None):
     return argv, problems
 
 
+def server_plan(settings, dialect, workers, endpoints, addresses, subnet="", flags=None):
+    """server_argv() for a coordinator and its RPC workers: --rpc lists every endpoint of the
+    workers in order, and the problems also cover a coordinator without workers and a worker
+    address outside the fabric subnet.
+
+    workers: inventory names; endpoints and addresses: for each worker, what its llama_rpc_worker
+    preflight published (llama_rpc_endpoints, llama_rpc_addresses). Raises ValueError when the
+    three lists differ in length (a caller's mistake, not an input problem).
+    Returns (argv, problems); argv is only meaningful when problems is empty."""
+    problems = []
+    if not workers:
+        problems.append(
+            "the coordinator has no RPC workers: the llama_rpc_workers group is empty or its hosts did not run "
+            "the llama_rpc_worker role. Add the workers to the llama_rpc_workers group"
+        )
+    if not len(workers or []) == len(endpoints or []) == len(addresses or []):
+        raise ValueError(
+            "llama_server_argv: workers, endpoints and addresses must have one entry per worker, got %d, %d and %d"
+            % (len(workers or []), len(endpoints or []), len(addresses or []))
+        )
+    rpc = []
+    for worker, worker_endpoints, worker_addresses in zip(workers or [], endpoints or [], addresses or []):
+        for address in worker_addresses or []:
+            problem = check_fabric_address("llama_rpc_bind_address of %s" % worker, address, subnet)
+            if problem:
+                problems.append(problem)
+        rpc += worker_endpoints or []
+    argv, more = server_argv(dict(settings, rpc=rpc), dialect or {}, flags)
+    return argv, problems + more
+
+
 def _control_characters(settings):
     """Problems for values with newlines or other control characters: ExecStart is one unit-file
     line, so an embedded newline would start a directive of its own (ExecStartPre=+... as root)."""
@@ -385,16 +416,25 @@ def rpc_instances(devices, per_device, gpu_count, base_port):
 
 def rpc_server_argv(instance, address, threads, cache=False, extra_args=None, flags=None):
     """The RPC server's arguments for one planned instance, and the problems of extra_args
-    (llama_rpc_extra_args): not a list, a flag the role sets, a control character, or, when the
-    flags of the deployed binary are known (help_flags()), a flag its --help does not list."""
+    (rpc_extra_args_problems())."""
     argv = ["--host", str(address), "--port", str(instance["port"]), "--threads", str(threads)]
     if instance.get("device"):
         argv += ["--device", instance["device"]]
     if cache:
         argv.append("--cache")
     extra = [] if extra_args is None else extra_args
+    problems = rpc_extra_args_problems(extra, flags)
     if not isinstance(extra, list):
-        return argv, ["llama_rpc_extra_args must be a list of arguments, got %r" % (extra,)]
+        return argv, problems
+    return argv + [str(arg) for arg in extra], problems
+
+
+def rpc_extra_args_problems(extra, flags=None):
+    """Problems of llama_rpc_extra_args: not a list, a flag the role sets, a control character,
+    or, when the flags of the deployed binary are known (help_flags()), a flag its --help does not
+    list."""
+    if not isinstance(extra, list):
+        return ["llama_rpc_extra_args must be a list of arguments, got %r" % (extra,)]
     problems = []
     for index, raw in enumerate(extra):
         try:
@@ -410,7 +450,48 @@ def rpc_server_argv(instance, address, threads, cache=False, extra_args=None, fl
             )
     if flags and not problems:
         problems += check_flags(extra, flags, "llama_rpc_extra_args", RPC_MANAGED_FLAGS, binary="RPC server")
-    return argv + [str(arg) for arg in extra], problems
+    return problems
+
+
+def rpc_address_problem(address, subnet=""):
+    """What is wrong with llama_rpc_bind_address (check_fabric_address(), or an IPv6 address,
+    which ggml-rpc cannot take), or ''."""
+    problem = check_fabric_address("llama_rpc_bind_address", address, subnet)
+    if problem or ":" not in str(address):
+        return problem
+    return (
+        "llama_rpc_bind_address=%s is IPv6; ggml-rpc reads --rpc endpoints as HOST:PORT split at the first ':', "
+        "so IPv6 endpoints cannot work. Use the node's IPv4 fabric address" % (address,)
+    )
+
+
+def rpc_port_problem(port, count=1):
+    """What is wrong with llama_rpc_port as the first of count consecutive ports, or ''."""
+    try:
+        first = int(port)
+    except (TypeError, ValueError):
+        return "llama_rpc_port=%r is not a TCP port; set it to 1..65535" % (port,)
+    if not 0 < first < 65536:
+        return "llama_rpc_port=%r is not a TCP port; set it to 1..65535" % (first,)
+    if first + count - 1 > 65535:
+        return "llama_rpc_port=%s leaves no room for %d servers" % (first, count)
+    return ""
+
+
+def rpc_problems(
+    address, port, per_device=False, devices=None, gpu_count=0, subnet="", sources=None, extra_args=None, flags=None
+):
+    """Every problem of one worker's RPC servers at once: the bind address, the devices, the
+    allowed sources, the ports, and the extra arguments (None skips them)."""
+    problems = [rpc_address_problem(address, subnet)]
+    devices = [] if devices is None else devices
+    problems += check_rpc_devices(devices)
+    problems += check_rpc_sources([] if sources is None else sources)
+    count = len(rpc_instances(devices, per_device, gpu_count, 1)) if isinstance(devices, list) else 1
+    problems.append(rpc_port_problem(port, count))
+    if extra_args is not None:
+        problems += rpc_extra_args_problems(extra_args, flags)
+    return [problem for problem in problems if problem]
 
 
 def rpc_endpoint(address, port):

@@ -23,7 +23,7 @@ TRANSPORTS = ("socket", "roce", "ib")
 MAX_SOCKET_NTHREADS = 16
 MAX_SOCKETS = 64
 
-# The seed-003 25GbE TCP design, tuned for 8x25G LACP bonds (DESIGN.md section 1).
+# The flagship's 25GbE TCP design, tuned for 8x25G LACP bonds (docs/nccl.md).
 SOCKET_DEFAULTS = {
     "NCCL_IB_DISABLE": "1",
     "NCCL_NET_GDR_LEVEL": "0",
@@ -122,7 +122,7 @@ def suggest_variable(name):
 def transport_env(transport, socket_ifname="", ib_hca="", ib_gid_index=None, ib_tc=None):
     """Return the NCCL variables a transport sets, before overrides.
 
-    ``socket``: the TCP design of seed 003 (NCCL_IB_DISABLE=1 and the socket tuning).
+    ``socket``: the flagship's TCP design (NCCL_IB_DISABLE=1 and the socket tuning).
     ``roce``/``ib``: the net_ib transport; IB_HCA and IB_TC for both, IB_GID_INDEX only for RoCE,
     because InfiniBand addresses ports by LID and ignores the GID index.
     NCCL_SOCKET_IFNAME is set for every transport: NCCL bootstraps over TCP even on RDMA.
@@ -389,3 +389,135 @@ def parse_env_lines(text):
         key, value = line.split("=", 1)
         env[key.strip()] = value.strip()
     return env
+
+
+def build_env(
+    overrides, transport, socket_ifname="", ib_hca="", ib_gid_index=None, ib_tc=None, interfaces=None, origins=None
+):
+    """The merged NCCL environment and its problems (validate_env's), as the nccl_env filter and the
+    role's preflight build it: overrides (nccl_env_overrides; None is none) over the transport's
+    variables. An overridden key is blamed on the override, not on the role variable it replaced.
+    Returns (env, problems); env is None when overrides is not a mapping."""
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        return None, [
+            _problem(
+                "nccl_env_overrides",
+                None,
+                overrides,
+                "nccl_env_overrides must be a mapping of NCCL_* names to values, got %s %r"
+                % (type(overrides).__name__, overrides),
+            )
+        ]
+    env = merge_overrides(transport_env(transport, socket_ifname, ib_hca, ib_gid_index, ib_tc), overrides)
+    origins = dict((key, var) for key, var in (origins or {}).items() if key not in overrides)
+    problems = validate_env(
+        env, transport, interfaces=None if interfaces is None else list(interfaces), origins=origins
+    )
+    return env, problems
+
+
+# The nccl role's settings ---------------------------------------------------------------------
+
+# The GID check's advice, whatever went wrong with the automatic choice.
+_GID_FIX = (
+    "Set nccl_ib_gid_index to the index (show_gids or /sys/class/infiniband/<dev>/ports/1/gid_attrs/types/), "
+    "or fix the fabric address or nccl_ib_hca."
+)
+
+
+def _blank(value):
+    return value is None or value in ("", [], {})
+
+
+def _dscp(value):
+    """The DSCP as a whole number 0..63, or None."""
+    text = str(value)
+    if isinstance(value, bool) or not re.match(r"^[0-9]+\Z", text) or int(text) > 63:
+        return None
+    return int(text)
+
+
+def _binding_problem(settings):
+    """An empty nccl_socket_ifname where the fabric layer defines a fabric link for the host."""
+    address = settings.get("gpufleet_fabric_address")
+    interfaces = settings.get("fabric_network_interfaces") or []
+    if not _blank(settings.get("nccl_socket_ifname")):
+        return None
+    if address is None and _blank(interfaces) and _blank(settings.get("fabric_network_bond")):
+        return None
+    if address is not None:
+        found = "gpufleet_fabric_address=%s" % (address,)
+    else:
+        names = interfaces if isinstance(interfaces, (list, tuple)) else [interfaces]
+        found = "fabric_network_interfaces=%s" % ",".join(str(name) for name in names)
+    return (
+        "nccl_socket_ifname is empty on %s, but the fabric layer defines a fabric link for it (%s). Set "
+        "gpufleet_fabric_interface to that link (e.g. bond0), or nccl_socket_ifname to '=<interface>'."
+        % (settings.get("inventory_hostname", "this host"), found)
+    )
+
+
+def _gid_problem(rdma, ib_hca):
+    """What is wrong with the GID rdma_info chose (its registered result), or None."""
+    selected = rdma.get("selected")
+    problem = rdma.get("selection_problem") or ""
+    hca = str(ib_hca)
+    if selected is not None and not problem:
+        listed = re.search("(^|[=,])" + re.escape(str(selected.get("device", ""))) + "(:|,|$)", hca)
+        if hca.startswith("^") or listed:
+            return None
+    if not problem:
+        if selected is not None:
+            problem = "the RoCE v2 GID of the fabric address is on %s, which nccl_ib_hca=%s does not list" % (
+                selected.get("device"),
+                hca,
+            )
+        else:
+            problem = "no RoCE v2 GID found; set gpufleet_fabric_interface and gpufleet_fabric_address"
+    return "nccl_ib_gid_index=auto: %s. %s" % (problem, _GID_FIX)
+
+
+def settings_problems(settings):
+    """Every problem of the nccl role's settings, one message each (_role_problems('nccl')).
+
+    settings: the nccl_* variables, inventory_hostname, the fabric layer's gpufleet_fabric_address
+    (None where undefined), fabric_network_interfaces and fabric_network_bond, the host's
+    interfaces (ansible_facts['interfaces']) and rdma, the registered result of rdma_info (skipped
+    unless nccl_transport is roce and nccl_ib_gid_index auto). The environment is checked as
+    build_env builds it, each problem as "<role variable>: <what and the fix>"."""
+    problems = []
+    dscp = settings.get("nccl_ib_dscp")
+    if _dscp(dscp) is None:
+        problems.append(
+            "nccl_ib_dscp=%s is not a DSCP value; set it to an integer in 0..63 (the roce role's lossless class "
+            "uses 26)." % (dscp,)
+        )
+    binding = _binding_problem(settings)
+    if binding:
+        problems.append(binding)
+    rdma = settings.get("rdma") or {}
+    gid_index = settings.get("nccl_ib_gid_index")
+    if isinstance(rdma, dict) and rdma and not rdma.get("skipped"):
+        gid = _gid_problem(rdma, settings.get("nccl_ib_hca", ""))
+        if gid:
+            problems.append(gid)
+            gid_index = None
+        else:
+            gid_index = rdma["selected"].get("gid_index")
+    elif str(gid_index) == "auto":
+        gid_index = -1
+    tc = None if _dscp(dscp) is None else _dscp(dscp) * 4
+    _env, env_problems = build_env(
+        settings.get("nccl_env_overrides"),
+        settings.get("nccl_transport"),
+        socket_ifname=settings.get("nccl_socket_ifname") or "",
+        ib_hca=settings.get("nccl_ib_hca") or "",
+        ib_gid_index=gid_index,
+        ib_tc=tc,
+        interfaces=settings.get("interfaces"),
+        origins=settings.get("origins"),
+    )
+    problems += ["%s: %s" % (problem["variable"], problem["msg"]) for problem in env_problems]
+    return problems

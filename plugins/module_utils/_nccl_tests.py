@@ -36,6 +36,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import math
 import re
 
@@ -404,3 +405,57 @@ def verdict(result, min_busbw_gbps=None):
             % ("unknown" if avg is None else avg, min_busbw_gbps)
         )
     return not problems, problems
+
+
+# The nccl_tests role's settings ----------------------------------------------------------------
+
+SOURCE_EXAMPLE = "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.17.8.tar.gz"
+_CHECKSUM = re.compile(r"^sha256:[0-9a-fA-F]{64}\Z")
+# nccl-tests reads the GPU count with getopt_long (src/common.cu: "g:" and "ngpus"), so -g 4,
+# -g4, --ngpus 4 and --ngpus=4 all set it.
+_GPU_COUNT_ARG = re.compile(r"^(-g.*|--ngpus(=.*)?)\Z")
+
+
+def _json(value):
+    return json.dumps(value, default=str)
+
+
+def settings_problems(settings):
+    """Every problem of the nccl_tests role's settings on a GPU host (_role_problems('nccl_tests')),
+    one message each; none on a host without GPUs, which skips nccl-tests.
+
+    settings: nccl_tests_source, nccl_tests_source_checksum, nccl_tests_args, nccl_tests_cuda_home,
+    gpu_count (the NVIDIA GPUs on the host's PCI bus), nvcc (the registered stat of
+    <nccl_tests_cuda_home>/bin/nvcc) and inventory_hostname."""
+    count = settings.get("gpu_count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return []
+    problems = []
+    if settings.get("nccl_tests_source") in (None, "", [], {}):
+        problems.append(
+            "nccl_tests_source is empty: set it to an nccl-tests release tarball (%s), a mirror or a controller path."
+            % SOURCE_EXAMPLE
+        )
+    checksum = settings.get("nccl_tests_source_checksum")
+    if not _CHECKSUM.match(str(checksum)):
+        problems.append(
+            "nccl_tests_source_checksum=%s is not sha256:<64 hex>: set it to the sha256 of nccl_tests_source."
+            % _json(checksum)
+        )
+    args = settings.get("nccl_tests_args")
+    if not isinstance(args, list):
+        problems.append("nccl_tests_args=%s must be a list of the binary's arguments, e.g. [-b, 512M]" % _json(args))
+    else:
+        count_args = [str(arg) for arg in args if _GPU_COUNT_ARG.match(str(arg))]
+        if count_args:
+            problems.append(
+                "nccl_tests_args=%s has %s: leave it out, the role sets -g to the GPU count of the host."
+                % (_json(args), "-g" if "-g" in count_args else count_args[0])
+            )
+    nvcc = settings.get("nvcc") or {}
+    if not (isinstance(nvcc, dict) and (nvcc.get("stat") or {}).get("exists")):
+        problems.append(
+            "%s/bin/nvcc is missing on %s; install the CUDA toolkit or set nccl_tests_cuda_home"
+            % (settings.get("nccl_tests_cuda_home"), settings.get("inventory_hostname"))
+        )
+    return problems

@@ -133,3 +133,29 @@ def reboot_plan(gpu_count, container, loaded_version, installed_version, nouveau
     else:
         return {"required": False, "reason": "nvidia %s is loaded and installed" % loaded, "skipped": ""}
     return {"required": True, "reason": reason, "skipped": ""}
+
+
+# The role's input rules (the _role_problems filter). Settings: the role's variables by name.
+BRANCH = re.compile(r"^[0-9]{3}\Z")
+CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+\Z")
+
+
+def settings_problems(settings):
+    """One message per bad variable of the nvidia_driver role, naming its value and the fix."""
+    problems = []
+    branch = settings.get("nvidia_driver_branch")
+    if not BRANCH.match(str(branch)):
+        problems.append('nvidia_driver_branch=%s must be a three-digit branch such as "580"' % (branch,))
+    modules = settings.get("nvidia_driver_kernel_modules")
+    if modules not in ("open", "proprietary"):
+        problems.append("nvidia_driver_kernel_modules=%s must be open or proprietary" % (modules,))
+    reboot_ok = settings.get("nvidia_driver_reboot_ok")
+    if reboot_ok is not None and not isinstance(reboot_ok, bool):
+        problems.append("nvidia_driver_reboot_ok=%s must be null, true or false" % (reboot_ok,))
+    versions = settings.get("nvidia_driver_cuda_versions")
+    if not isinstance(versions, list) or not all(CUDA_VERSION.match(str(version)) for version in versions):
+        problems.append(
+            'nvidia_driver_cuda_versions=%s must list CUDA toolkit versions as "X.Y" strings, for example ["12.8"], '
+            "or be empty" % (versions,)
+        )
+    return problems

@@ -233,6 +233,40 @@ def targets(hosts, groups):
     return result, problems
 
 
+def _read(hostvars, host):
+    variables = {}
+    problems = []
+    if host not in hostvars:
+        return variables, problems
+    host_vars = hostvars[host]
+    for name in VARIABLES:
+        try:
+            value = host_vars.get(name)
+        except Exception as exc:  # an inventory template that does not render
+            problems.append("%s on %s cannot be templated: %s; fix it in the inventory" % (name, host, exc))
+            continue
+        variables[name] = value
+    return variables, problems
+
+
+def inventory_targets(hostvars, groups):
+    """Return ({job: file_sd list}, problems) for the inventory as Ansible holds it: hostvars (a
+    mapping of host to its variables, read with .get) and groups ({group: [hosts]}). Only the
+    VARIABLES of the hosts of the serving and front door groups are read; one that does not
+    template is a problem, not an exception."""
+    groups = {name: list(members or []) for name, members in groups.items()}
+    wanted = set()
+    for group in (*SERVING_GROUPS, FRONTEND_GROUP):
+        wanted.update(groups.get(group, []))
+    hosts = {}
+    problems = []
+    for host in sorted(wanted):
+        hosts[host], read_problems = _read(hostvars, host)
+        problems += read_problems
+    result, target_problems = targets(hosts, groups)
+    return result, problems + target_problems
+
+
 # The monitoring role's settings ----------------------------------------------------------------
 
 # <duration> (prometheus/common model.ParseDuration): each unit at most once, from years down to

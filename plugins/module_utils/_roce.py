@@ -351,3 +351,80 @@ def public_state(state):
     shown = {key: value for key, value in state.items() if key != "lldpad_running"}
     shown["dscp2prio"] = {str(dscp): prio for dscp, prio in sorted(state["dscp2prio"].items())}
     return shown
+
+
+# ---------------------------------------------------------------- the role's settings
+
+# What the roce role's preflight checks before it reads or writes a port (the _role_problems
+# filter). Numbers are checked the way they were given: an inventory's "3" and 3 are both a
+# priority, 3.0 and True are not.
+_PRIORITY = re.compile(r"^[0-7]\Z")
+_DSCP = re.compile(r"^[0-9]{1,2}\Z")
+_WHOLE = re.compile(r"^[0-9]+\Z")
+RDMA_CM_MODES = ("RoCE v2", "IB/RoCE v1")
+
+
+def _missing(names, present):
+    """The names not in present, in the order given, each once."""
+    found = []
+    for name in names:
+        if name not in present and name not in found:
+            found.append(name)
+    return found
+
+
+def sorted_names(names):
+    """Names sorted as Jinja's sort filter does by default: ignoring case."""
+    return sorted((str(name) for name in names), key=str.lower)
+
+
+def _ets_ok(ets):
+    if ets is None:
+        return True
+    if not isinstance(ets, (list, tuple)) or len(ets) != PRIORITIES:
+        return False
+    if not all(_WHOLE.match(str(share)) for share in ets):
+        return False
+    return sum(int(str(share)) for share in ets) == 100
+
+
+def settings_problems(settings):
+    """One message per bad roce_* variable, each naming it, its value and what is allowed.
+
+    settings: the role's variables, plus inventory_hostname and interfaces (the host's
+    ansible_facts['interfaces'])."""
+    problems = []
+    host = settings["inventory_hostname"]
+    interfaces = settings["roce_interfaces"]
+    present = settings["interfaces"] or []
+    if not isinstance(interfaces, (list, tuple)):
+        problems.append("roce_interfaces=%s must be a list of the RoCE NICs of %s" % (interfaces, host))
+    elif not interfaces:
+        problems.append("roce_interfaces is empty: name the RoCE NICs of %s" % host)
+    else:
+        missing = _missing(interfaces, present)
+        if missing:
+            problems.append(
+                "roce_interfaces=%s names %s, which %s does not have (it has %s)"
+                % (interfaces, ", ".join(str(name) for name in missing), host, ", ".join(sorted_names(present)))
+            )
+    for name in ("roce_pfc_priority", "roce_cnp_priority"):
+        if not _PRIORITY.match(str(settings[name])):
+            problems.append("%s=%s must be a priority, 0..7" % (name, settings[name]))
+    for name in ("roce_dscp", "roce_cnp_dscp"):
+        text = str(settings[name])
+        if not (_DSCP.match(text) and int(text) <= MAX_DSCP):
+            problems.append("%s=%s must be a DSCP value, 0..63" % (name, settings[name]))
+    if str(settings["roce_dscp"]) == str(settings["roce_cnp_dscp"]):
+        problems.append(
+            "roce_dscp=%s and roce_cnp_dscp=%s must differ: congestion notifications need their own DSCP"
+            % (settings["roce_dscp"], settings["roce_cnp_dscp"])
+        )
+    if not _ets_ok(settings["roce_ets"]):
+        problems.append(
+            "roce_ets=%s must be null or 8 whole percentages, each 0..100, summing to 100 (one share per traffic class)"
+            % (settings["roce_ets"],)
+        )
+    if settings["roce_rdma_cm_mode"] not in RDMA_CM_MODES:
+        problems.append('roce_rdma_cm_mode=%s must be "RoCE v2" or "IB/RoCE v1"' % (settings["roce_rdma_cm_mode"],))
+    return problems

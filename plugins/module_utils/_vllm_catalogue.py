@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import difflib
 import json
 import math
@@ -29,32 +30,94 @@ _CATALOGUES = {
     "0.33.0": _vllm_flags_0_33_0.CATALOGUE,
 }
 
-# Flags the vllm role sets itself, and the role variable to use instead. The role builds the
-# multi-node launch (--nnodes/--node-rank/--master-addr/--master-port, --headless on ranks > 0)
-# from the replica's hosts, so these cannot be overridden one host at a time.
-OWNED = {
-    "tensor-parallel-size": "vllm_tensor_parallel_size",
-    "pipeline-parallel-size": "vllm_pipeline_parallel_size",
-    "nnodes": "vllm_replica (the node count is the replica's host count)",
-    "node-rank": "vllm_node_rank",
-    "master-addr": "vllm_replica (rank 0's gpufleet_fabric_address)",
-    "master-port": "vllm_master_port",
-    "headless": "vllm_node_rank (ranks > 0 run headless)",
-    "host": "vllm_api_host",
-    "port": "vllm_api_port",
-    "api-key": "vllm_api_key",
-    "distributed-executor-backend": "vllm_distributed_backend",
-    "model": "vllm_model_path",
-    "model-tag": "vllm_model_path",
-    "config": None,
-    "shutdown-timeout": "vllm_shutdown_timeout",
-    "served-model-name": "vllm_served_model_name",
-}
+# One name per option: every setting of the vllm role that becomes a vLLM flag, an environment
+# variable of the unit, an option of the capacity plan (module_utils/_capacity.py) or a value all
+# nodes of a replica share, under the role variable the operator sets. Refusals name the variable
+# through this table, and the views below are derived from it. A row is
+#   variable  the role variable; "vllm_args" with a flag is that flag given in vllm_args, named
+#             "vllm_args <flag>"; None is no variable at all (the role writes the flag itself);
+#   flag      the `vllm serve` flag the role sets from the variable, so vllm_args may not set it
+#             (unless the variable is vllm_args);
+#   env       the environment variable the role writes from it, so vllm_env may not set it;
+#   planner   the capacity plan's option it feeds;
+#   shared    every node of a replica must have the same value (module_utils/_vllm_replica.py);
+#   how       how the variable sets the flag, where that is not its plain value.
+Setting = collections.namedtuple("Setting", "variable flag env planner shared how")
+
+
+def _setting(variable, flag=None, env=None, planner=None, shared=False, how=None):
+    return Setting(variable, flag, env, planner, shared, how)
+
+
+# The multi-node launch (--nnodes/--node-rank/--master-addr/--master-port, --headless on ranks
+# > 0) is built from the replica's hosts, so none of it can be overridden one host at a time.
+SETTINGS = (
+    _setting("vllm_replica", "nnodes", how="the node count is the replica's host count"),
+    _setting("vllm_replica", "master-addr", how="rank 0's gpufleet_fabric_address"),
+    _setting("vllm_node_rank", "node-rank"),
+    _setting("vllm_node_rank", "headless", how="ranks > 0 run headless"),
+    _setting("vllm_host_ip", env="VLLM_HOST_IP"),
+    _setting("vllm_fabric_interface", env="GLOO_SOCKET_IFNAME"),
+    _setting("vllm_api_host", "host"),
+    _setting("vllm_api_port", "port"),
+    _setting("vllm_api_key", "api-key", env="VLLM_API_KEY"),
+    _setting("vllm_hf_token", env="HF_TOKEN"),
+    _setting("vllm_tensor_parallel_size", "tensor-parallel-size", planner="tensor_parallel_size", shared=True),
+    _setting("vllm_pipeline_parallel_size", "pipeline-parallel-size", planner="pipeline_parallel_size", shared=True),
+    _setting("vllm_pp_layer_partition", env="VLLM_PP_LAYER_PARTITION", planner="pp_layer_partition", shared=True),
+    _setting("vllm_distributed_backend", "distributed-executor-backend"),
+    _setting("vllm_master_port", "master-port", shared=True),
+    _setting("vllm_guard_port", shared=True),
+    _setting("vllm_version", shared=True),
+    _setting("vllm_platform", shared=True),
+    _setting("vllm_model_path", "model", shared=True),
+    _setting("vllm_model_path", "model-tag"),
+    _setting("vllm_served_model_name", "served-model-name"),
+    _setting("vllm_shutdown_timeout", "shutdown-timeout"),
+    _setting(None, "config"),
+    _setting("vllm_args", shared=True),
+    # The capacity plan's own variables, and the flags of vllm_args it reads.
+    _setting("vllm_capacity_gpu", planner="gpu"),
+    _setting("vllm_capacity_quantization", planner="quantization"),
+    _setting("vllm_capacity_overhead_mib", planner="overhead_mib"),
+    _setting("vllm_args", "max-model-len", planner="max_model_len"),
+    _setting("vllm_args", "max-num-seqs", planner="max_num_seqs"),
+    _setting("vllm_args", "gpu-memory-utilization", planner="gpu_memory_utilization"),
+    _setting("vllm_args", "kv-cache-dtype", planner="kv_cache_dtype"),
+    _setting("vllm_args", "kv-cache-memory-bytes", planner="kv_cache_memory_bytes"),
+    _setting("vllm_args", "block-size", planner="block_size"),
+    _setting("vllm_args", "max-num-batched-tokens", planner="max_num_batched_tokens"),
+    _setting("vllm_args", "disable-hybrid-kv-cache-manager", planner="disable_hybrid_kv_cache_manager"),
+)
+
+
+def setting_name(setting):
+    """How a refusal names the setting: its variable, or "vllm_args <flag>"."""
+    if setting.variable == "vllm_args" and setting.flag:
+        return "vllm_args " + setting.flag
+    return setting.variable
+
+
+def _owner(setting):
+    if setting.variable is None:
+        return None
+    return "%s (%s)" % (setting.variable, setting.how) if setting.how else setting.variable
+
+
+# Flags the vllm role sets itself, and the role variable to use instead (None: no variable).
+OWNED = dict((s.flag, _owner(s)) for s in SETTINGS if s.flag and s.variable != "vllm_args")
+# Environment variables the role writes itself, and the variable that sets each.
+OWNED_ENV = tuple((s.env, s.variable) for s in SETTINGS if s.env)
+# Settings every node of one replica must agree on: the key of the node's published settings
+# (the variable without its "vllm_" prefix, tasks/preflight.yml) and the variable.
+SHARED = tuple((s.variable[len("vllm_") :], s.variable) for s in SETTINGS if s.shared)
+# The capacity plan's options, and the name the operator sets each by (its refusals name it).
+PLANNED = dict((s.planner, setting_name(s)) for s in SETTINGS if s.planner)
 
 # vLLM's human_readable_int (vllm/utils/argparse_utils.py): decimal k/m/g/t, binary K/M/G/T.
 _HUMAN_INT = re.compile(r"^(\d+(\.\d+)?[kmgt]|\d+[KMGT])\Z")
 
-# Values the seed-era guides put in a flag that means something else. Keyed by flag; the regex
+# Values older guides put in a flag that means something else. Keyed by flag; the regex
 # matches the refused value.
 _VALUE_HINTS = {
     "dtype": (

@@ -19,21 +19,9 @@ __metaclass__ = type
 import ipaddress
 import re
 
-from ansible_collections.gpufleet.inference.plugins.module_utils import _render
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render, _vllm_catalogue
 
 REPLICA_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")
-# Settings every node of one replica must agree on, with the variable that sets each.
-SHARED = (
-    ("tensor_parallel_size", "vllm_tensor_parallel_size"),
-    ("pipeline_parallel_size", "vllm_pipeline_parallel_size"),
-    ("version", "vllm_version"),
-    ("platform", "vllm_platform"),
-    ("master_port", "vllm_master_port"),
-    ("guard_port", "vllm_guard_port"),
-    ("model_path", "vllm_model_path"),
-    ("args", "vllm_args"),
-    ("pp_layer_partition", "vllm_pp_layer_partition"),
-)
 
 
 def _int(value):
@@ -71,7 +59,8 @@ def _ranks(replica, members, problems):
 
 
 def _shared(replica, members, problems):
-    for key, variable in SHARED:
+    # The settings every node must agree on, named by the role's one table of settings.
+    for key, variable in _vllm_catalogue.SHARED:
         values = {}
         for member in members:
             values.setdefault(repr(member.get(key)), []).append(member["host"])
@@ -161,7 +150,7 @@ def plan(replica, members):
     """Check one replica's members and return (plan, problems).
 
     members: one dict per host of the play that has this replica, with host, rank, address
-    and the SHARED keys. plan: {"name", "nnodes", "master_addr", "nodes": [{host, rank,
+    and the keys of _vllm_catalogue.SHARED. plan: {"name", "nnodes", "master_addr", "nodes": [{host, rank,
     address}] by rank, "local_world_size"}.
     """
     if not isinstance(replica, str) or not REPLICA_NAME.match(replica):

@@ -103,9 +103,7 @@ options:
 notes:
   - Runs where the report goes, usually the controller with C(delegate_to=localhost) and
     C(run_once=true).
-seealso:
-  - plugin: gpufleet.inference.fabric_schedule
-    plugin_type: filter
+  - The gpufleet.inference.fabric_validate role schedules the rounds and calls it.
 """
 
 EXAMPLES = r"""

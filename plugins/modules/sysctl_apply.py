@@ -40,7 +40,7 @@ options:
   container:
     description:
       - The container type when the task runs in a container, as the
-        P(gpufleet.inference.container_kind#filter) filter returns it; empty on a host or a VM.
+        C(gpufleet.inference._container_kind) filter returns it; empty on a host or a VM.
     type: str
     default: ""
   proc_root:
@@ -58,7 +58,7 @@ EXAMPLES = r"""
     sysctls:
       net.core.rmem_max: 16777216
       net.ipv4.tcp_rmem: "4096 87380 16777216"
-    container: "{{ ansible_facts | gpufleet.inference.container_kind }}"
+    container: "{{ ansible_facts | gpufleet.inference._container_kind }}"
 
 - name: Check that the kernel has every key, without writing
   gpufleet.inference.sysctl_apply:

@@ -25,7 +25,6 @@ Characters outside that alphabet are dropped when a prompt is encoded.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import string
@@ -35,7 +34,9 @@ from pathlib import Path
 from _stdout import stdout_to_stderr
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE_UTILS = REPO / "plugins" / "module_utils" / "_vllm_model.py"
+# The digest has one implementation, the collection's: imported as a module from its folder.
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+import _vllm_model  # noqa: E402
 
 SEED = 20261130
 VOCAB_SIZE = 2048
@@ -68,14 +69,6 @@ SYLLABLES = (
     "ka ri to ne mu sa lo vi de pa gu fe zo ha ji bu ce wa ti no ra me si ku ya po le di mo fa tu "
     "ge qu xe zi an el in on ur ast ent ion ing est ork ack ump ild ess"
 ).split()
-
-
-def load_module_utils():
-    """Import plugins/module_utils/_vllm_model.py by path, so the digest has one implementation."""
-    spec = importlib.util.spec_from_file_location("_vllm_model", MODULE_UTILS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def corpus() -> list[str]:
@@ -165,11 +158,10 @@ def build(out: Path) -> dict:
     for path in out.iterdir():
         path.chmod(0o644)
 
-    utils = load_module_utils()
-    files = utils.model_files(str(out))
+    files = _vllm_model.model_files(str(out))
     return {
         "path": str(out),
-        "digest": "sha256:" + utils.tree_digest(str(out), files),
+        "digest": "sha256:" + _vllm_model.tree_digest(str(out), files),
         "files": [rel for rel, _full, _size in files],
         "num_hidden_layers": LAYERS,
         "parameters": sum(p.numel() for p in model.parameters()),

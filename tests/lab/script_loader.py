@@ -1,18 +1,18 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Load one of the checkout's scripts (scripts/ is not a package) as a module for its tests."""
+"""Import the checkout's scripts and module_utils for their tests, as modules from their folders
+(scripts/ is not a package): the folder goes on sys.path once, and the import is an ordinary one."""
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_script(relative_path, module_name):
-    spec = importlib.util.spec_from_file_location(module_name, REPO / relative_path)
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs, as an import would: dataclasses look their module up there.
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+def load_script(relative_path):
+    """The module of REPO/relative_path (a .py file), imported by its name from its folder."""
+    path = REPO / relative_path
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    return importlib.import_module(path.stem)

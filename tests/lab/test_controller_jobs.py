@@ -10,7 +10,7 @@ import pytest
 import yaml
 from script_loader import load_script
 
-jobs = load_script("scripts/controller_jobs.py", "gpufleet_controller_jobs_script")
+jobs = load_script("scripts/controller_jobs.py")
 SECRET = "s3cret-token-value"
 
 CONTENT = {

@@ -6,7 +6,7 @@ import pytest
 from script_loader import load_script
 
 # scripts/ is not a package: load lab.py from its path under a private name.
-lab = load_script("scripts/lab.py", "gpufleet_lab_script")
+lab = load_script("scripts/lab.py")
 
 LLAMA_ASSETS = {
     "source": "/cache/src/llama_cpp_python-0.3.36.tar.gz",

@@ -358,7 +358,7 @@ def test_vllm_assets_first_run_prints_only_its_json(standins, tmp_path):
     assert Path(assets["ref_python"]).is_relative_to(cache)
     model = Path(assets["model"])
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
-    utils = load_script("plugins/module_utils/_vllm_model.py", "gpufleet_vllm_model_utils")
+    utils = load_script("plugins/module_utils/_vllm_model.py")
     assert assets["model_checksum"] == "sha256:" + utils.tree_digest(str(model), utils.model_files(str(model)))
     for progress in ("vllm_assets: assembling", ": 3 wheels", "vllm_assets: creating", "vllm_model: writing"):
         assert progress in first.stderr, first.stderr

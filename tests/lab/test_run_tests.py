@@ -5,7 +5,7 @@
 import pytest
 from script_loader import load_script
 
-run_tests = load_script("scripts/run_tests.py", "gpufleet_run_tests_script")
+run_tests = load_script("scripts/run_tests.py")
 STEPS = [["molecule", "test", "-s", name] for name in ("fabric_network", "nccl", "vllm")]
 
 

@@ -105,7 +105,7 @@ def expected_pages() -> list[str]:
 def test_the_collection_has_something_to_document():
     # Guards the expectations below against an empty glob after a move of plugins/ or roles/.
     assert len(modules()) >= 10
-    assert ("filter", "vllm_nft") in plugins()
+    assert ("filter", "nccl_env") in plugins()
     assert ("inventory", "topology") in plugins()
     assert "main" in roles()["vllm"]
 
@@ -146,6 +146,14 @@ def test_every_other_plugin_has_its_page(pages):
         elif len(page["h1"]) != 1 or not page["h1"][0].startswith(heading):
             problems.append(f"{kind} {name}: expected a heading {heading!r}..., Chromium shows {page['h1']}")
     assert not problems, "\n".join(problems)
+
+
+def test_no_private_plugin_has_a_page(pages):
+    # Role internals (names starting with "_") are not public API: the published docs leave them out.
+    private = [path.stem for path in (REPO / "plugins").glob("*/_*.py") if path.parent.name not in NOT_PLUGINS]
+    assert private, "no private plugin: drop this test or the rule in docs/architecture.md"
+    shown = [name for name in pages if name.startswith(f"{COLLECTION_DIR}/_")]
+    assert not shown, f"pages of private plugins: {shown}"
 
 
 def test_every_role_has_its_page_listing_its_entry_points(pages):

@@ -2,7 +2,7 @@
 from there (scripts/installed_collection.py), with neither the checkout nor the test
 environment's `ansible` bundle on the collection path."""
 
-import importlib.util
+import importlib
 import json
 import re
 import shlex
@@ -25,10 +25,10 @@ OK_LINE = re.compile(
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("installed_collection", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """scripts/installed_collection.py, imported as a module from its folder."""
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module(SCRIPT.stem)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 """scripts/role_docs.py --check (docs/role-docs.md): the repository passes, and a copy of one role
 fails for each kind of drift between its README, defaults/main.yml and argument specs."""
 
-import importlib.util
+import importlib
 import shutil
 import subprocess
 import sys
@@ -15,9 +15,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "role_docs.py"
 ROLE = "nvidia_driver"
-SPEC = importlib.util.spec_from_file_location("role_docs", SCRIPT)
-ROLE_DOCS = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(ROLE_DOCS)
+# scripts/ is not a package: its folder goes on sys.path and the script is imported as a module.
+sys.path.insert(0, str(SCRIPT.parent))
+ROLE_DOCS = importlib.import_module(SCRIPT.stem)
 
 
 @pytest.fixture

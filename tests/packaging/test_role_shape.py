@@ -1,6 +1,6 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every role has the one shape (docs/roles.md, "One role shape"): tasks/main.yml is a table of
+"""Every role has the one shape (docs/architecture.md, "One role shape"): tasks/main.yml is a table of
 contents of import_tasks with imperative names, the tags are one vocabulary, restarts go through
 handlers with listen topics, and structured variables declare their nested options."""
 

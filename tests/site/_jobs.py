@@ -13,7 +13,6 @@ inventory, so any other key would tell the front door and the agents a key the r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -29,17 +28,9 @@ ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR
 SKIPPED_CREDENTIALS = ("gpufleet Hugging Face token", "gpufleet repository credentials")
 
 
-def _controller_jobs():
-    name = "gpufleet_controller_jobs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "controller_jobs.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-jobs = _controller_jobs()
+# scripts/ is not a package: its folder goes on sys.path and controller_jobs is imported as a module.
+sys.path.insert(0, str(ROOT / "scripts"))
+import controller_jobs as jobs  # noqa: E402
 
 
 def inventory() -> dict:

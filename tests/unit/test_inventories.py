@@ -136,7 +136,7 @@ def test_rtx_5090_inventory_drives_its_gpus():
 
 
 def test_role_defaults_are_refused_on_rtx_5090_only_for_cuda():
-    """The design card's CUDA 12.5 stays the default; on Blackwell it is refused, the branch is not."""
+    """CUDA 12.5 stays the role default; on Blackwell it is refused, the branch is not."""
     driver = yaml.safe_load((REPO / "roles/nvidia_driver/defaults/main.yml").read_text())
     toolkit = yaml.safe_load((REPO / "roles/cuda_toolkit/defaults/main.yml").read_text())
     found = check_compat(

@@ -4,7 +4,7 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter.container_kind import container_kind
+from ansible_collections.gpufleet.inference.plugins.filter._container_kind import container_kind
 
 
 @pytest.mark.parametrize("kind", ["docker", "podman", "lxc", "systemd-nspawn", "containerd", "openvz", "container"])

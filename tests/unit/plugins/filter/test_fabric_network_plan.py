@@ -5,7 +5,7 @@
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter import fabric_network_plan as plan_filter
+from ansible_collections.gpufleet.inference.plugins.filter import _fabric_network_plan as plan_filter
 
 fabric_network_plan = plan_filter.fabric_network_plan
 MEMBERS = ["ens1f0np0", "ens1f1np1"]
@@ -14,7 +14,7 @@ NETWORKD = "/etc/systemd/network/60-gpufleet-"
 
 
 def test_registered_under_its_name():
-    assert plan_filter.FilterModule().filters() == {"fabric_network_plan": fabric_network_plan}
+    assert plan_filter.FilterModule().filters() == {"_fabric_network_plan": fabric_network_plan}
 
 
 def test_netplan_plan():

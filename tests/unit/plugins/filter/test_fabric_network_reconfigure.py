@@ -4,8 +4,8 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter import fabric_network_reconfigure as reconfigure_filter
-from ansible_collections.gpufleet.inference.plugins.filter.fabric_network_plan import fabric_network_plan
+from ansible_collections.gpufleet.inference.plugins.filter import _fabric_network_reconfigure as reconfigure_filter
+from ansible_collections.gpufleet.inference.plugins.filter._fabric_network_plan import fabric_network_plan
 
 reconfigure = reconfigure_filter.fabric_network_reconfigure
 MEMBERS = ["ens1f0np0", "ens1f1np1"]
@@ -20,7 +20,7 @@ def bond_plan():
 
 
 def test_registered_under_its_name():
-    assert reconfigure_filter.FilterModule().filters() == {"fabric_network_reconfigure": reconfigure}
+    assert reconfigure_filter.FilterModule().filters() == {"_fabric_network_reconfigure": reconfigure}
 
 
 def test_the_plan_names_each_links_network_file():

@@ -6,14 +6,14 @@ import itertools
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter import fabric_schedule as schedule_filter
+from ansible_collections.gpufleet.inference.plugins.filter import _fabric_schedule as schedule_filter
 
 fabric_schedule = schedule_filter.fabric_schedule
 HOSTS = [f"gpu{index:02d}" for index in range(1, 11)]
 
 
 def test_registered_under_its_name():
-    assert schedule_filter.FilterModule().filters() == {"fabric_schedule": fabric_schedule}
+    assert schedule_filter.FilterModule().filters() == {"_fabric_schedule": fabric_schedule}
 
 
 def test_circle_is_the_default_and_returns_lists():

@@ -1,6 +1,6 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for the pass-through flag checks of module_utils/_llama_cpp.py (issue 15, item 3):
+"""Unit tests for the pass-through flag checks of module_utils/_llama_cpp.py:
 help_flags() over real --help captures of the pinned build, check_flags() and rpc_server_argv(),
 and the filters that carry them."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter import llama_cpp_help_flags as flags_filter
-from ansible_collections.gpufleet.inference.plugins.filter.llama_rpc_instances import llama_rpc_instances
-from ansible_collections.gpufleet.inference.plugins.filter.llama_server_argv import llama_server_argv
+from ansible_collections.gpufleet.inference.plugins.filter import _llama_cpp_help_flags as flags_filter
+from ansible_collections.gpufleet.inference.plugins.filter._llama_rpc_instances import llama_rpc_instances
+from ansible_collections.gpufleet.inference.plugins.filter._llama_server_argv import llama_server_argv
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import (
     MANAGED_FLAGS,
     RPC_MANAGED_FLAGS,
@@ -177,7 +177,7 @@ def test_rpc_argv_without_known_flags_checks_only_the_role_flags():
 
 
 def test_help_flags_filter():
-    assert flags_filter.FilterModule().filters() == {"llama_cpp_help_flags": flags_filter.llama_cpp_help_flags}
+    assert flags_filter.FilterModule().filters() == {"_llama_cpp_help_flags": flags_filter.llama_cpp_help_flags}
     assert flags_filter.llama_cpp_help_flags(RPC_HELP) == RPC
     assert flags_filter.llama_cpp_help_flags(None) == {}
 

@@ -5,13 +5,13 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.filter import (
-    llama_cpp_help_dialect as help_filter,
+    _llama_cpp_help_dialect as help_filter,
 )
 from ansible_collections.gpufleet.inference.plugins.filter import (
-    llama_rpc_instances as rpc_filter,
+    _llama_rpc_instances as rpc_filter,
 )
 from ansible_collections.gpufleet.inference.plugins.filter import (
-    llama_server_argv as argv_filter,
+    _llama_server_argv as argv_filter,
 )
 
 llama_rpc_instances = rpc_filter.llama_rpc_instances
@@ -40,9 +40,9 @@ def error_of(function, *args, **kwargs):
 
 
 def test_filters_are_registered():
-    assert rpc_filter.FilterModule().filters() == {"llama_rpc_instances": llama_rpc_instances}
-    assert argv_filter.FilterModule().filters() == {"llama_server_argv": llama_server_argv}
-    assert help_filter.FilterModule().filters() == {"llama_cpp_help_dialect": llama_cpp_help_dialect}
+    assert rpc_filter.FilterModule().filters() == {"_llama_rpc_instances": llama_rpc_instances}
+    assert argv_filter.FilterModule().filters() == {"_llama_server_argv": llama_server_argv}
+    assert help_filter.FilterModule().filters() == {"_llama_cpp_help_dialect": llama_cpp_help_dialect}
 
 
 # llama_rpc_instances

@@ -5,10 +5,10 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.filter import (
-    nvidia_driver_plan as plan_filter,
+    _nvidia_driver_plan as plan_filter,
 )
 from ansible_collections.gpufleet.inference.plugins.filter import (
-    nvidia_driver_reboot as reboot_filter,
+    _nvidia_driver_reboot as reboot_filter,
 )
 from ansible_collections.gpufleet.inference.plugins.module_utils._nvidia_driver import driver_plan
 
@@ -56,8 +56,8 @@ def error_of(function, *args, **kwargs):
 
 
 def test_filters_are_registered():
-    assert plan_filter.FilterModule().filters() == {"nvidia_driver_plan": nvidia_driver_plan}
-    assert reboot_filter.FilterModule().filters() == {"nvidia_driver_reboot": nvidia_driver_reboot}
+    assert plan_filter.FilterModule().filters() == {"_nvidia_driver_plan": nvidia_driver_plan}
+    assert reboot_filter.FilterModule().filters() == {"_nvidia_driver_reboot": nvidia_driver_reboot}
 
 
 # ------------------------------------------------------------------ nvidia_driver_plan

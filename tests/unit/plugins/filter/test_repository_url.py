@@ -4,7 +4,7 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter.repository_url import repository_url
+from ansible_collections.gpufleet.inference.plugins.filter._repository_url import repository_url
 from ansible_collections.gpufleet.inference.plugins.module_utils import _apt_auth
 
 ORIGIN = "cuda_repository_url"

@@ -4,7 +4,7 @@
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.inference.plugins.filter.vllm_config import FilterModule, vllm_config
+from ansible_collections.gpufleet.inference.plugins.filter._vllm_config import FilterModule, vllm_config
 
 
 def error_of(*args, **kwargs):
@@ -14,7 +14,7 @@ def error_of(*args, **kwargs):
 
 
 def test_filter_is_registered():
-    assert FilterModule().filters() == {"vllm_config": vllm_config}
+    assert FilterModule().filters() == {"_vllm_config": vllm_config}
 
 
 def test_returns_the_config_mapping():
@@ -51,7 +51,7 @@ def test_owned_override():
 
 def test_unknown_version():
     assert error_of({}, "0.6.3") == (
-        "gpufleet.inference.vllm_config: no flag catalogue for vLLM '0.6.3'; shipped: 0.32.0, 0.33.0"
+        "gpufleet.inference._vllm_config: no flag catalogue for vLLM '0.6.3'; shipped: 0.32.0, 0.33.0"
     )
 
 

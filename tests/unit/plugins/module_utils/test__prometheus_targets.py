@@ -432,3 +432,23 @@ def test_every_problem_is_reported_at_once():
         "monitoring_url",
         "monitoring_verify_timeout",
     ]
+
+
+class _Unrendered(dict):
+    """A host's variables as hostvars gives them, one of which does not template."""
+
+    def get(self, name, default=None):
+        if name == "health_agent_port":
+            raise RuntimeError("'agent_port_of_rack' is undefined")
+        return super().get(name, default)
+
+
+def test_inventory_targets_read_hostvars_and_report_a_variable_that_does_not_template():
+    hosts, groups = cluster()
+    result, problems = pt.inventory_targets(hosts, groups)
+    assert (result, problems) == pt.targets(hosts, groups)
+    hosts["gpu02"] = _Unrendered(hosts["gpu02"])
+    _result, problems = pt.inventory_targets(hosts, groups)
+    assert problems == [
+        "health_agent_port on gpu02 cannot be templated: 'agent_port_of_rack' is undefined; fix it in the inventory"
+    ]

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for module_utils/_vllm_catalogue.py: vLLM flag catalogues and the --config validator.
 
-The catalogues are generated from vLLM's own parser (scripts/vllm_catalogue.py); the seed flag
-list in fixtures/vllm_seed_flags.yml is what the seed articles use, checked name by name.
+The catalogues are generated from vLLM's own parser (scripts/vllm_catalogue.py); the flags
+published guides use (fixtures/vllm_guide_flags.yml) are checked name by name.
 """
 
 import re
@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpufleet.inference.plugins.module_utils import _capacity
 from ansible_collections.gpufleet.inference.plugins.module_utils._vllm_catalogue import (
     BOUNDS,
     OWNED,
+    OWNED_ENV,
+    PLANNED,
+    SETTINGS,
+    SHARED,
     format_problems,
     load,
     normalise_key,
@@ -21,7 +26,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._vllm_catalogue
     versions,
 )
 
-SEEDS = yaml.safe_load((Path(__file__).parent / "fixtures" / "vllm_seed_flags.yml").read_text())
+GUIDES = yaml.safe_load((Path(__file__).parent / "fixtures" / "vllm_guide_flags.yml").read_text())
 VERSIONS = ["0.32.0", "0.33.0"]
 
 
@@ -86,40 +91,40 @@ def test_owned_flags_are_real(version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("seed", SEEDS["refused"], ids=lambda s: s["name"])
-def test_seed_flags_vllm_lacks_are_refused_with_a_replacement(version, seed):
-    name = normalise_key(seed["name"])
-    if version not in seed.get("versions", VERSIONS):
-        assert validate({seed["name"]: True}, version) == (seed["otherwise"], [])
+@pytest.mark.parametrize("flag", GUIDES["refused"], ids=lambda s: s["name"])
+def test_guide_flags_vllm_lacks_are_refused_with_a_replacement(version, flag):
+    name = normalise_key(flag["name"])
+    if version not in flag.get("versions", VERSIONS):
+        assert validate({flag["name"]: True}, version) == (flag["otherwise"], [])
         return
     assert name not in load(version)["flags"]
-    problem = only_problem({seed["name"]: 1}, version)
-    head = f"vllm_args: vLLM {version} has no '{seed['name']}' ("
+    problem = only_problem({flag["name"]: 1}, version)
+    head = f"vllm_args: vLLM {version} has no '{flag['name']}' ("
     assert problem.startswith(head), problem
-    assert seed["suggests"] in problem.split("): ", 1)[1], problem
+    assert flag["suggests"] in problem.split("): ", 1)[1], problem
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("seed", SEEDS["exists"], ids=lambda s: s["name"])
-def test_seed_flags_vllm_has(version, seed):
-    name = normalise_key(seed["name"])
+@pytest.mark.parametrize("flag", GUIDES["exists"], ids=lambda s: s["name"])
+def test_guide_flags_vllm_has(version, flag):
+    name = normalise_key(flag["name"])
     assert name in load(version)["flags"]
-    if "owned" in seed:
-        assert OWNED[name] == seed["owned"] or (seed["owned"] is None and OWNED[name] is None)
-        problem = only_problem({seed["name"]: 1}, version)
+    if "owned" in flag:
+        assert OWNED[name] == flag["owned"] or (flag["owned"] is None and OWNED[name] is None)
+        problem = only_problem({flag["name"]: 1}, version)
         assert problem.startswith(f"vllm_args: '{name}' is set by the role: "), problem
     else:
-        assert validate({seed["name"]: seed["value"]}, version) == ({name: seed["value"]}, [])
+        assert validate({flag["name"]: flag["value"]}, version) == ({name: flag["value"]}, [])
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("seed", SEEDS["bad_values"], ids=lambda s: s["name"])
-def test_seed_values_vllm_refuses(version, seed):
-    assert only_problem({seed["name"]: seed["value"]}, version) == seed["message"]
+@pytest.mark.parametrize("flag", GUIDES["bad_values"], ids=lambda s: s["name"])
+def test_guide_values_vllm_refuses(version, flag):
+    assert only_problem({flag["name"]: flag["value"]}, version) == flag["message"]
 
 
-def test_seed_003_config_all_problems_at_once():
-    seed_003 = {
+def test_a_circulating_flagship_config_all_problems_at_once():
+    guide_config = {
         "model": "moonshot/Kimi-K3-Instruct",
         "dtype": "int4",
         "tensor-parallel-size": 8,
@@ -134,7 +139,7 @@ def test_seed_003_config_all_problems_at_once():
         "distributed-executor-backend": "mp",
         "worker-use-ray": False,
     }
-    config, problems = validate(seed_003, "0.33.0")
+    config, problems = validate(guide_config, "0.33.0")
     assert config == {
         "max-model-len": 32768,
         "max-num-seqs": 8,
@@ -378,3 +383,67 @@ def test_shape_of_args(args, problems):
 
 def test_format_problems():
     assert format_problems(["a", "b"], "0.33.0") == "vllm_args has 2 problem(s) for vLLM 0.33.0:\na\nb"
+
+
+# The role's one table of settings (SETTINGS) and the views derived from it: each name it holds is
+# a real variable, flag, capacity plan option, published key or module argument.
+ROLE = Path(__file__).resolve().parents[4] / "roles" / "vllm"
+ROLE_DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+ROLE_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+
+
+def test_every_setting_is_a_variable_of_the_role():
+    for setting in SETTINGS:
+        assert setting.variable is None or setting.variable in ROLE_DEFAULTS, setting
+        assert setting.variable != "vllm_args" or setting.flag is None or setting.flag not in OWNED, setting
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_flags_of_vllm_args_the_plan_reads_are_real(version):
+    flags = load(version)["flags"]
+    for setting in SETTINGS:
+        if setting.variable == "vllm_args" and setting.flag:
+            assert setting.flag in flags, setting
+
+
+def test_the_views_name_each_flag_environment_name_and_option_once():
+    assert OWNED["nnodes"] == "vllm_replica (the node count is the replica's host count)"
+    assert OWNED["tensor-parallel-size"] == "vllm_tensor_parallel_size"
+    assert OWNED["config"] is None
+    assert dict(OWNED_ENV)["GLOO_SOCKET_IFNAME"] == "vllm_fabric_interface"
+    assert PLANNED["max_model_len"] == "vllm_args max-model-len"
+    assert PLANNED["gpu"] == "vllm_capacity_gpu"
+    flags = [s.flag for s in SETTINGS if s.flag and s.variable != "vllm_args"]
+    envs = [env for env, _variable in OWNED_ENV]
+    for view in (flags, envs):
+        assert len(view) == len(set(view))
+    assert len(PLANNED) == len([s for s in SETTINGS if s.planner])
+
+
+def test_the_planned_options_are_the_capacity_plans_and_plan_yml_passes_each_from_its_setting():
+    task = next(
+        t
+        for t in yaml.safe_load((ROLE / "tasks" / "plan.yml").read_text())[1]["block"]
+        if "gpufleet.inference.capacity_plan" in t
+    )
+    arguments = task["gpufleet.inference.capacity_plan"]
+    assert "origins" not in arguments  # the plan's refusals are named by the role (_vllm_rules)
+    for option, name in PLANNED.items():
+        assert option in _capacity.OPTION_DEFAULTS, option
+        template = arguments[option]
+        # The argument, or the role variable it reads (__vllm_capacity_kv_bytes), names the setting.
+        for var in re.findall(r"__vllm_[a-z_]+", template):
+            template += str(ROLE_VARS.get(var, ""))
+        wanted = f"'{name.split(' ', 1)[1]}'" if name.startswith("vllm_args ") else name
+        assert wanted in template, (option, template)
+
+
+def test_the_shared_settings_are_the_keys_every_node_publishes():
+    task = next(
+        t
+        for t in yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+        if t["name"] == "Publish this node's settings for its replica"
+    )
+    published = task["ansible.builtin.set_fact"]["__vllm_node"]
+    for key, variable in SHARED:
+        assert published[key] in ("{{ " + variable + " }}", "{{ __vllm_args }}"), key

@@ -167,3 +167,28 @@ def test_mismatches_name_the_field():
     after = et.parse("channels", fixture("veth_l_after_set_rx2_tx2.txt"))
     assert et.mismatches("channels", after, {"rx": 2, "tx": 2}) == []
     assert et.mismatches("channels", before, {"rx": 2, "tx": 1}) == ["channels.rx is 1, expected 2"]
+
+
+# ---------------------------------------------------------------- a role's request
+
+
+def test_a_role_request_names_the_role_variable():
+    assert et.request_problems({"rx": "max", "tx": "4096"}, "rings", "host_tuning_rings") == []
+    assert et.request_problems(None, "channels", "host_tuning_channels") == []
+    assert et.request_problems({"rx": 0, "rxx": 1}, "rings", "host_tuning_rings") == [
+        "host_tuning_rings.rx=0 must be an integer of at least 1 or 'max'",
+        "host_tuning_rings.rxx is not a rings parameter; use rx, rx-mini, rx-jumbo, tx",
+    ]
+
+
+def test_a_role_request_that_is_not_a_dict_is_a_problem():
+    assert et.request_problems("max", "channels", "host_tuning_channels") == [
+        "host_tuning_channels must be a dict of rx, tx, other, combined, got 'max'"
+    ]
+
+
+def test_keys_of_mixed_types_are_each_named():
+    # YAML makes 1 an int key: sorted() of int and str keys would raise.
+    assert et.request_problems({1: 2, "tx": 4096}, "rings", "host_tuning_rings") == [
+        "host_tuning_rings.1 is not a rings parameter; use rx, rx-mini, rx-jumbo, tx"
+    ]

@@ -6,6 +6,7 @@ import itertools
 from html.parser import HTMLParser
 
 import pytest
+from ansible_collections.gpufleet.inference.plugins.module_utils import _fabric as fabric
 from ansible_collections.gpufleet.inference.plugins.module_utils._fabric import (
     circle_schedule,
     colour,
@@ -586,3 +587,110 @@ def test_colour_scale():
     assert colour(1.7) == "#1a9641"
     assert colour(-1) == "#d7191c"
     assert colour(0.125) == "#ea643e"
+
+
+# --- the role's settings (the fabric_validate preflight) -----------------------------------------------
+
+
+def fv_settings(**overrides):
+    """The fabric_validate role's defaults, on a host with a fabric address."""
+    base = {
+        "fabric_validate_address": "10.10.0.11",
+        "fabric_validate_port": 5201,
+        "fabric_validate_report_name": "fabric-report",
+        "fabric_validate_report_dir": "/home/ops/fabric-report",
+        "fabric_validate_mode": "circle",
+        "fabric_validate_backend": "auto",
+        "fabric_validate_direction": "bidir",
+        "fabric_validate_duration": 10,
+        "fabric_validate_streams": 4,
+        "fabric_validate_min_line_fraction": 0.85,
+        "fabric_validate_min_best_fraction": 0.93,
+        "fabric_validate_mtu": 9000,
+        "fabric_validate_line_rate_gbps": None,
+    }
+    base.update({"fabric_validate_" + name: value for name, value in overrides.items()})
+    return base
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"address": "fd00:10::11", "port": "5301", "mode": "ring", "backend": "python", "direction": "reverse"},
+        # Inventory numbers as text, as a template gives them.
+        {"duration": "30", "streams": "128", "mtu": "576", "min_line_fraction": "0", "min_best_fraction": "1"},
+        {"min_line_fraction": 0, "min_best_fraction": ".5", "line_rate_gbps": 100},
+        {"line_rate_gbps": "25.5"},
+    ],
+)
+def test_good_fabric_validate_settings_have_no_problems(overrides):
+    assert fabric.settings_problems(fv_settings(**overrides)) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"address": "fabric-host-1"}, "fabric_validate_address='fabric-host-1' is not an IP address"),
+        (
+            {"address": ""},
+            "fabric_validate_address is empty: set gpufleet_fabric_address, the fabric address of the host, in "
+            "the inventory",
+        ),
+        (
+            {"address": None},
+            "fabric_validate_address is empty: set gpufleet_fabric_address, the fabric address of the host, in "
+            "the inventory",
+        ),
+        ({"port": 0}, "fabric_validate_port=0 is not a TCP port: use 1..65535"),
+        ({"port": 70000}, "fabric_validate_port=70000 is not a TCP port: use 1..65535"),
+        (
+            {"report_name": "../etc/report"},
+            "fabric_validate_report_name='../etc/report' is not a file name: no '/', no control characters, not "
+            "empty, '.' or '..'",
+        ),
+        (
+            {"report_dir": "/srv/r\nx"},
+            "fabric_validate_report_dir='/srv/r\\nx' contains a control character (a newline starts a new line in "
+            "the file)",
+        ),
+        ({"mode": "mesh"}, "fabric_validate_mode=mesh must be circle, ring or sequential"),
+        ({"backend": "netperf"}, "fabric_validate_backend=netperf must be auto, iperf3 or python"),
+        ({"direction": "both"}, "fabric_validate_direction=both must be forward, reverse or bidir"),
+        ({"duration": "10s"}, "fabric_validate_duration=10s must be whole seconds > 0"),
+        ({"duration": 0}, "fabric_validate_duration=0 must be whole seconds > 0"),
+        ({"duration": 10.5}, "fabric_validate_duration=10.5 must be whole seconds > 0"),
+        ({"streams": 500}, "fabric_validate_streams=500 must be 1..128"),
+        ({"streams": True}, "fabric_validate_streams=True must be 1..128"),
+        (
+            {"min_line_fraction": 1.5},
+            "fabric_validate_min_line_fraction=1.5 must be 0..1 (0 turns the line-rate check off)",
+        ),
+        (
+            {"min_line_fraction": -0.1},
+            "fabric_validate_min_line_fraction=-0.1 must be 0..1 (0 turns the line-rate check off)",
+        ),
+        ({"min_best_fraction": 0}, "fabric_validate_min_best_fraction=0 must be above 0 and at most 1"),
+        ({"min_best_fraction": "93%"}, "fabric_validate_min_best_fraction=93% must be above 0 and at most 1"),
+        ({"mtu": 500}, "fabric_validate_mtu=500 must be a whole number >= 576"),
+        ({"mtu": "jumbo"}, "fabric_validate_mtu=jumbo must be a whole number >= 576"),
+        (
+            {"line_rate_gbps": "100G"},
+            "fabric_validate_line_rate_gbps=100G must be null or the link speed in Gbit/s, above 0",
+        ),
+        ({"line_rate_gbps": 0}, "fabric_validate_line_rate_gbps=0 must be null or the link speed in Gbit/s, above 0"),
+    ],
+)
+def test_a_bad_fabric_validate_setting_is_named_with_its_value_and_the_fix(overrides, message):
+    assert fabric.settings_problems(fv_settings(**overrides)) == [message]
+
+
+def test_every_fabric_validate_problem_comes_back_at_once_in_a_fixed_order():
+    problems = fabric.settings_problems(fv_settings(address="", port=0, mode="mesh", streams=0, mtu=1))
+    assert [problem.split(" ")[0].split("=")[0] for problem in problems] == [
+        "fabric_validate_port",
+        "fabric_validate_address",
+        "fabric_validate_mode",
+        "fabric_validate_streams",
+        "fabric_validate_mtu",
+    ]

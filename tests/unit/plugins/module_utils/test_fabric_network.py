@@ -14,6 +14,8 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._fabric_network
     render,
     render_netplan,
     render_networkd,
+    settings_problems,
+    template_int,
     virtual_links,
 )
 
@@ -624,3 +626,133 @@ def test_unknown_backend(backend):
     with pytest.raises(FabricModelError) as exc:
         render(bonded(), backend)
     assert str(exc.value) == f"fabric_network_backend={backend} is not netplan or networkd"
+
+
+# --- the role's settings (the fabric_network preflight) ------------------------------------------------
+
+
+def fn_settings(**overrides):
+    """The fabric_network role's settings for a bonded host with two peers."""
+    base = {
+        "fabric_network_verify_peers": None,
+        "peers": ["10.10.0.12", "10.10.0.13"],
+        "fabric_network_revert_seconds": 180,
+        "fabric_network_interfaces": list(MEMBERS),
+        "fabric_network_bond": "bond0",
+        "fabric_network_mtu": "9000",
+        "addresses": ["10.10.0.11/24"],
+        "fabric_network_vlans": [{"id": 100, "addresses": ["10.20.0.11/24"]}],
+        "fabric_network_bond_parameters": {"lacp-rate": "slow"},
+        "inventory_hostname": "gpu01",
+    }
+    base.update(overrides)
+    return base
+
+
+NO_ADDRESS = (
+    "gpu01 has no fabric address: set fabric_network_addresses (such as [10.10.0.11/24]) or gpufleet_fabric_address "
+    "with gpufleet_fabric_subnet."
+)
+
+
+NO_PEER = (
+    "fabric_network_verify_peers={} leaves no peer to check jumbo frames against (null means the other hosts of "
+    "the batch and of committed batches, here none): run two hosts or name a configured peer"
+)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"fabric_network_verify_peers": ["fd00:10::12"], "peers": ["fd00:10::12"], "fabric_network_revert_seconds": 50},
+        # The revert window given as text, and as the least it may be: 30 + 20 per peer.
+        {"fabric_network_revert_seconds": "70"},
+        {"fabric_network_interfaces": ("eth0",), "fabric_network_bond": "", "fabric_network_vlans": None},
+        {"fabric_network_vlans": "", "fabric_network_bond_parameters": None, "addresses": ("10.10.0.11/24",)},
+    ],
+)
+def test_good_fabric_network_settings_have_no_problems(overrides):
+    assert settings_problems(fn_settings(**overrides)) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"fabric_network_verify_peers": "10.10.0.12", "peers": "10.10.0.12"},
+            "fabric_network_verify_peers=10.10.0.12 must be a list of fabric IP addresses (null means the other "
+            "hosts of the batch and of committed batches)",
+        ),
+        (
+            {"fabric_network_verify_peers": ["peer one", None], "peers": ["peer one", None]},
+            "fabric_network_verify_peers=['peer one', None] has entries that are not IP addresses: peer one, None",
+        ),
+        ({"fabric_network_verify_peers": [], "peers": []}, NO_PEER.format("[]")),
+        ({"peers": []}, NO_PEER.format("None")),
+        (
+            {"fabric_network_revert_seconds": 69},
+            "fabric_network_revert_seconds=69 leaves the checks too little time before the revert fires: set at "
+            "least 30 + 20 per peer = 70",
+        ),
+        (
+            {"fabric_network_revert_seconds": "soon"},
+            "fabric_network_revert_seconds=soon leaves the checks too little time before the revert fires: set at "
+            "least 30 + 20 per peer = 70",
+        ),
+        ({"addresses": []}, NO_ADDRESS),
+        ({"addresses": None}, NO_ADDRESS),
+        (
+            {"addresses": "10.10.0.11/24"},
+            "fabric_network_addresses=10.10.0.11/24 must be a list of addresses with prefix, such as [10.10.0.11/24]",
+        ),
+        ({"fabric_network_mtu": 500}, "fabric_network_mtu=500 is outside 1280..9216; jumbo fabrics use 9000"),
+        # As the plan always took it: through Jinja's int, so text is 0.
+        ({"fabric_network_mtu": "jumbo"}, "fabric_network_mtu=0 is outside 1280..9216; jumbo fabrics use 9000"),
+        (
+            {"addresses": ["10.10.0.300/24"]},
+            "fabric_network_addresses=10.10.0.300/24 is not an address with its prefix length, such as 10.10.0.11/24",
+        ),
+        (
+            {"fabric_network_interfaces": []},
+            "fabric_network_interfaces=[] must list the fabric NICs, for example [ens1f0np0, ens1f1np1]",
+        ),
+        (
+            {"fabric_network_bond_parameters": ["lacp-rate"]},
+            "fabric_network_bond_parameters=['lacp-rate'] must be a mapping, such as {lacp-rate: slow}",
+        ),
+        (
+            {"fabric_network_vlans": 100},
+            "fabric_network_vlans=100 must be a list, such as [{id: 100, addresses: [10.20.0.11/24]}]",
+        ),
+    ],
+)
+def test_a_bad_fabric_network_setting_is_named_with_its_value_and_the_fix(overrides, message):
+    assert settings_problems(fn_settings(**overrides)) == [message]
+
+
+def test_the_peers_and_the_link_come_back_at_once():
+    problems = settings_problems(
+        fn_settings(
+            fabric_network_verify_peers=["x"],
+            peers=["x"],
+            fabric_network_revert_seconds=10,
+            fabric_network_mtu=1,
+            addresses=[],
+        )
+    )
+    assert [problem.split("=")[0].split(" ")[0] for problem in problems] == [
+        "fabric_network_verify_peers",
+        "fabric_network_revert_seconds",
+        "fabric_network_mtu",
+        "gpu01",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [(9000, 9000), ("9000", 9000), (" 42 ", 42), ("9000.7", 9000), (9000.7, 9000), (True, 1), ("jumbo", 0),
+     (None, 0), ([9000], 0), (float("inf"), 0), ("inf", 0)],
+)  # fmt: skip
+def test_template_int_is_jinjas_int(value, number):
+    assert template_int(value) == number

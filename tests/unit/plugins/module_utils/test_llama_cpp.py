@@ -11,9 +11,14 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp impo
     dialect_from_help,
     dialect_from_source,
     format_problems,
+    rpc_address_problem,
     rpc_endpoint,
+    rpc_extra_args_problems,
     rpc_instances,
+    rpc_port_problem,
+    rpc_problems,
     server_argv,
+    server_plan,
 )
 
 # Excerpts of llama.cpp at 0c1e570 as vendored in the llama-cpp-python 0.3.36 sdist
@@ -591,3 +596,86 @@ def test_fabric_bad_subnet(subnet):
     assert check_fabric_address("llama_rpc_bind_address", "10.10.0.11", subnet) == (
         f"gpufleet_fabric_subnet={subnet!r} is not a network; set it like 10.10.0.0/24"
     )
+
+
+# The plans with every problem at once (the llama_rpc_worker and llama_server preflights' checks)
+
+
+def test_rpc_problems_of_a_good_worker_are_none():
+    assert rpc_problems("10.10.0.11", 50052, True, ["CUDA0", "CUDA1"], 2, "10.10.0.0/24", ["10.10.0.1"], []) == []
+    assert rpc_problems("10.10.0.11", "50052", sources=None, extra_args=None) == []
+
+
+def test_rpc_problems_lists_every_problem_in_order():
+    problems = rpc_problems(
+        "0.0.0.0", 70000, devices=["CUDA 0"], sources=["10.10.0.0/24"], extra_args=["--device", "CUDA1"]
+    )
+    assert [problem.split("=")[0].split("[")[0].split(" ")[0] for problem in problems] == [
+        "llama_rpc_bind_address",
+        "llama_rpc_devices",
+        "llama_rpc_allowed_sources",
+        "llama_rpc_port",
+        "llama_rpc_extra_args",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("address", "subnet", "problem"),
+    [
+        ("10.10.0.11", "10.10.0.0/24", ""),
+        (
+            "fd00::11",
+            "fd00::/64",
+            "llama_rpc_bind_address=fd00::11 is IPv6; ggml-rpc reads --rpc endpoints as HOST:PORT",
+        ),
+        ("::", "", "llama_rpc_bind_address=:: would expose the unauthenticated RPC server"),
+        ("", "", "llama_rpc_bind_address='' is not an IP address"),
+    ],
+)
+def test_rpc_address_problem(address, subnet, problem):
+    assert rpc_address_problem(address, subnet).startswith(problem)
+    assert bool(rpc_address_problem(address, subnet)) == bool(problem)
+
+
+@pytest.mark.parametrize(
+    ("port", "count", "problem"),
+    [
+        (50052, 1, ""),
+        ("65528", 8, ""),
+        (65530, 8, "llama_rpc_port=65530 leaves no room for 8 servers"),
+        (0, 1, "llama_rpc_port=0 is not a TCP port; set it to 1..65535"),
+        ("0", 1, "llama_rpc_port=0 is not a TCP port; set it to 1..65535"),
+        (None, 1, "llama_rpc_port=None is not a TCP port; set it to 1..65535"),
+        ("fifty", 1, "llama_rpc_port='fifty' is not a TCP port; set it to 1..65535"),
+    ],
+)
+def test_rpc_port_problem(port, count, problem):
+    assert rpc_port_problem(port, count) == problem
+
+
+def test_rpc_extra_args_problems_checks_flags_only_when_the_role_has_no_complaint():
+    flags = {"--threads": True, "-h": False}
+    assert rpc_extra_args_problems(["-h"], flags) == []
+    assert rpc_extra_args_problems(["--thread", "2"], flags)[0].startswith("llama_rpc_extra_args[0]='--thread': ")
+    assert rpc_extra_args_problems(["--host=x", "--thread"], flags) == [
+        "llama_rpc_extra_args has --host, which the role sets from llama_rpc_bind_address; remove it and set that "
+        "instead"
+    ]
+    assert rpc_extra_args_problems("-h") == ["llama_rpc_extra_args must be a list of arguments, got '-h'"]
+
+
+def test_server_plan_returns_the_argv_and_every_problem():
+    settings = {"model_path": "/models/m.gguf", "host": "127.0.0.1", "port": 8080, "n_gpu_layers": 99}
+    argv, problems = server_plan(settings, {}, ["w1"], [["10.10.0.11:50052"]], [["10.10.0.11"]], "10.10.0.0/24")
+    assert problems == []
+    assert argv[:4] == ["--model", "/models/m.gguf", "--rpc", "10.10.0.11:50052"]
+    _argv, problems = server_plan(dict(settings, port=0), {}, ["w1"], [["10.99.0.11:50052"]], [["10.99.0.11"]],
+                                  "10.10.0.0/24")  # fmt: skip
+    assert [problem.split(" ")[0] for problem in problems] == ["llama_rpc_bind_address", "llama_server_port=0"]
+    _argv, problems = server_plan(settings, {}, [], [], [])
+    assert problems[0].startswith("the coordinator has no RPC workers")
+
+
+def test_server_plan_refuses_lists_of_different_lengths():
+    with pytest.raises(ValueError, match="one entry per worker, got 2, 1 and 1"):
+        server_plan({}, {}, ["w1", "w2"], [["10.10.0.11:50052"]], [["10.10.0.11"]])

@@ -5,10 +5,12 @@
 import pytest
 from ansible_collections.gpufleet.inference.plugins.module_utils._nccl import (
     SOCKET_DEFAULTS,
+    build_env,
     format_problems,
     ifname_selects,
     merge_overrides,
     parse_env_lines,
+    settings_problems,
     suggest_variable,
     transport_env,
     validate_env,
@@ -310,3 +312,173 @@ def test_path_levels_nccl_ignores_are_refused(key, value):
     assert [p["key"] for p in problems] == [key]
     assert f"{key}={value} is not a level NCCL reads" in msg
     assert "LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS" in msg
+
+
+# The nccl role's settings (role_problems('nccl')) --------------------------------------------
+
+ORIGINS = {
+    "NCCL_SOCKET_IFNAME": "nccl_socket_ifname",
+    "NCCL_IB_HCA": "nccl_ib_hca",
+    "NCCL_IB_GID_INDEX": "nccl_ib_gid_index",
+    "NCCL_IB_TC": "nccl_ib_dscp",
+    "NCCL_IB_DISABLE": "nccl_transport",
+}
+# rdma_info's selected GID, as _rdma._selected() returns it.
+SELECTED = {
+    "device": "mlx5_1",
+    "port": 1,
+    "gid_index": 3,
+    "gid": "0000:0000:0000:0000:0000:ffff:0a0a:0001",
+    "type": "RoCE v2",
+    "netdev": "bond0",
+    "ipv4": "10.10.0.1",
+    "ipv6": None,
+    "port_state": "ACTIVE",
+}
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False", "false_condition": "x"}
+
+
+def nccl_settings(**changes):
+    settings = {
+        "inventory_hostname": "gpu01",
+        "nccl_transport": "socket",
+        "nccl_socket_ifname": "=bond0",
+        "nccl_ib_hca": "",
+        "nccl_ib_gid_index": "auto",
+        "nccl_ib_dscp": 26,
+        "nccl_env_overrides": {},
+        "gpufleet_fabric_address": "10.10.0.1",
+        "fabric_network_interfaces": [],
+        "fabric_network_bond": "",
+        "interfaces": HOST_IFACES,
+        "rdma": SKIPPED,
+        "origins": ORIGINS,
+    }
+    settings.update(changes)
+    return settings
+
+
+def roce(**changes):
+    rdma = {"changed": False, "devices": [], "selected": dict(SELECTED), "selection_problem": ""}
+    return nccl_settings(**dict({"nccl_transport": "roce", "nccl_ib_hca": HCA, "rdma": rdma}, **changes))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"nccl_ib_dscp": "63"},
+        {"nccl_ib_dscp": 0},
+        {"nccl_socket_ifname": "", "gpufleet_fabric_address": None},
+        {"nccl_transport": "ib", "nccl_ib_hca": HCA, "nccl_ib_gid_index": 3},
+    ],
+)
+def test_good_nccl_settings_pass(changes):
+    assert settings_problems(nccl_settings(**changes)) == []
+
+
+def test_a_roce_gid_on_a_listed_hca_passes():
+    assert settings_problems(roce()) == []
+    assert settings_problems(roce(nccl_ib_hca="^mlx5_9")) == []
+
+
+@pytest.mark.parametrize("dscp", [64, -1, "af41", "", None, True, 26.0, [26]])
+def test_a_dscp_outside_0_to_63_is_refused(dscp):
+    problems = settings_problems(nccl_settings(nccl_ib_dscp=dscp))
+    assert problems == [
+        f"nccl_ib_dscp={dscp} is not a DSCP value; set it to an integer in 0..63 "
+        "(the roce role's lossless class uses 26)."
+    ]
+
+
+def test_a_bad_dscp_is_not_reported_again_as_the_traffic_class():
+    problems = settings_problems(roce(nccl_ib_dscp=64))
+    assert len(problems) == 1 and "NCCL_IB_TC" not in problems[0]
+
+
+def test_an_empty_interface_where_the_fabric_layer_defines_a_link_is_refused():
+    (problem,) = settings_problems(nccl_settings(nccl_socket_ifname=""))
+    assert problem == (
+        "nccl_socket_ifname is empty on gpu01, but the fabric layer defines a fabric link for it "
+        "(gpufleet_fabric_address=10.10.0.1). Set gpufleet_fabric_interface to that link (e.g. bond0), or "
+        "nccl_socket_ifname to '=<interface>'."
+    )
+    (problem,) = settings_problems(
+        nccl_settings(nccl_socket_ifname="", gpufleet_fabric_address=None, fabric_network_interfaces=["ens1", "ens2"])
+    )
+    assert "(fabric_network_interfaces=ens1,ens2)" in problem
+    (problem,) = settings_problems(
+        nccl_settings(nccl_socket_ifname="", gpufleet_fabric_address=None, fabric_network_bond="bond0")
+    )
+    assert "(fabric_network_interfaces=)" in problem
+
+
+@pytest.mark.parametrize(
+    "rdma, hca, why",
+    [
+        ({"selected": None, "selection_problem": ""}, HCA, "no RoCE v2 GID found; set gpufleet_fabric_interface"),
+        (
+            {"selected": SELECTED, "selection_problem": "no ACTIVE port has a matching RoCE v2 GID"},
+            HCA,
+            "no ACTIVE port has a matching RoCE v2 GID",
+        ),
+        (
+            {"selected": SELECTED, "selection_problem": ""},
+            "=mlx5_0:1",
+            "the RoCE v2 GID of the fabric address is on mlx5_1, which nccl_ib_hca==mlx5_0:1 does not list",
+        ),
+        # mlx5_1 is a prefix of mlx5_10, not the same device.
+        (
+            {"selected": SELECTED, "selection_problem": ""},
+            "mlx5_10",
+            "the RoCE v2 GID of the fabric address is on mlx5_1, which nccl_ib_hca=mlx5_10 does not list",
+        ),
+    ],
+)
+def test_an_unusable_roce_gid_is_refused(rdma, hca, why):
+    problems = settings_problems(nccl_settings(nccl_transport="roce", nccl_ib_hca=hca, rdma=rdma))
+    assert problems[0].startswith("nccl_ib_gid_index=auto: " + why)
+    assert problems[0].endswith(
+        ". Set nccl_ib_gid_index to the index (show_gids or /sys/class/infiniband/<dev>/ports/1/gid_attrs/types/), "
+        "or fix the fabric address or nccl_ib_hca."
+    )
+
+
+def test_the_environment_problems_name_the_role_variable():
+    problems = settings_problems(
+        nccl_settings(nccl_socket_ifname="=ib9", nccl_env_overrides={"NCCL_SOCKET_NTHREAD": 4})
+    )
+    assert problems[0].startswith("nccl_env_overrides.NCCL_SOCKET_NTHREAD: NCCL_SOCKET_NTHREAD is not an NCCL variable")
+    assert problems[1].startswith("nccl_socket_ifname: NCCL_SOCKET_IFNAME='=ib9' selects no interface on this host")
+
+
+@pytest.mark.parametrize("overrides", [["NCCL_DEBUG=INFO"], "NCCL_DEBUG=INFO"])
+def test_overrides_that_are_not_a_mapping_are_refused(overrides):
+    assert settings_problems(nccl_settings(nccl_env_overrides=overrides)) == [
+        "nccl_env_overrides: nccl_env_overrides must be a mapping of NCCL_* names to values, "
+        f"got {type(overrides).__name__} {overrides!r}"
+    ]
+
+
+def test_every_problem_comes_back_at_once():
+    problems = settings_problems(
+        nccl_settings(nccl_ib_dscp=99, nccl_socket_ifname="", nccl_transport="tcp", nccl_env_overrides={"X": 1})
+    )
+    assert [problem.split("=")[0].split(":")[0].split(" ")[0] for problem in problems] == [
+        "nccl_ib_dscp",
+        "nccl_socket_ifname",
+        "nccl_transport",
+        "nccl_env_overrides.X",
+    ]
+
+
+def test_the_filter_and_the_check_build_the_same_environment():
+    env, problems = build_env({"NCCL_DEBUG": "WARN"}, "roce", "=bond0", HCA, 3, 104, HOST_IFACES, ORIGINS)
+    assert problems == []
+    assert env == {
+        "NCCL_SOCKET_IFNAME": "=bond0",
+        "NCCL_IB_HCA": HCA,
+        "NCCL_IB_TC": "104",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_DEBUG": "WARN",
+    }

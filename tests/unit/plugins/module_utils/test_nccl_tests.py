@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests for module_utils/_nccl_tests.py, on real nccl-tests outputs (fixtures/nccl-tests/README.md)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._nccl_tests imp
     launcher_lines,
     parse,
     parse_runs,
+    settings_problems,
     verdict,
 )
 
@@ -457,3 +459,96 @@ def test_avg_bus_bandwidth_failed_by_nccl_tests_fails_the_verdict():
         False,
         ["nccl-tests marked the average bus bandwidth FAILED (below NCCL_TESTS_MIN_BW)"],
     )
+
+
+# The nccl_tests role's settings (role_problems('nccl_tests')) ----------------------------------
+
+SHA = "sha256:" + "ab" * 32
+NVCC = {"changed": False, "stat": {"exists": True, "path": "/usr/local/cuda/bin/nvcc", "mode": "0755"}}
+
+
+def nccl_tests_settings(**changes):
+    settings = {
+        "inventory_hostname": "gpu01",
+        "nccl_tests_source": "https://mirror.example/nccl-tests-2.17.8.tar.gz",
+        "nccl_tests_source_checksum": SHA,
+        "nccl_tests_args": ["-b", "512M", "-e", "4G", "-f", "2", "-n", "20"],
+        "nccl_tests_cuda_home": "/usr/local/cuda",
+        "gpu_count": 8,
+        "nvcc": NVCC,
+    }
+    settings.update(changes)
+    return settings
+
+
+def test_good_nccl_tests_settings_pass():
+    assert settings_problems(nccl_tests_settings()) == []
+    assert settings_problems(nccl_tests_settings(nccl_tests_args=[])) == []
+
+
+def test_a_host_without_gpus_checks_nothing():
+    skipped = {"changed": False, "skipped": True}
+    assert settings_problems(nccl_tests_settings(gpu_count=0, nccl_tests_source="", nvcc=skipped)) == []
+
+
+@pytest.mark.parametrize("source", ["", None])
+def test_an_empty_source_is_refused(source):
+    assert settings_problems(nccl_tests_settings(nccl_tests_source=source)) == [
+        "nccl_tests_source is empty: set it to an nccl-tests release tarball "
+        "(https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.17.8.tar.gz), a mirror or a controller path."
+    ]
+
+
+@pytest.mark.parametrize(
+    "checksum, shown",
+    [
+        ("md5:0123456789abcdef", '"md5:0123456789abcdef"'),
+        ("", '""'),
+        (SHA + "\n", f'"{SHA}\\n"'),
+        ("ab" * 32, f'"{"ab" * 32}"'),
+        (None, "null"),
+    ],
+)
+def test_a_checksum_that_is_not_sha256_is_refused(checksum, shown):
+    assert settings_problems(nccl_tests_settings(nccl_tests_source_checksum=checksum)) == [
+        f"nccl_tests_source_checksum={shown} is not sha256:<64 hex>: set it to the sha256 of nccl_tests_source."
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, found",
+    [
+        (["-b", 8, "-g", "4"], "-g"),
+        (["-g4"], "-g4"),
+        (["--ngpus", "4"], "--ngpus"),
+        (["--ngpus=4", "-g", "2"], "-g"),
+    ],
+)
+def test_a_gpu_count_in_the_arguments_is_refused(args, found):
+    assert settings_problems(nccl_tests_settings(nccl_tests_args=args)) == [
+        f"nccl_tests_args={json.dumps(args)} has {found}: leave it out, the role sets -g to the GPU count of the host."
+    ]
+
+
+def test_arguments_that_are_not_a_list_are_refused():
+    (problem,) = settings_problems(nccl_tests_settings(nccl_tests_args="-b 8 -e 128M"))
+    assert problem == 'nccl_tests_args="-b 8 -e 128M" must be a list of the binary\'s arguments, e.g. [-b, 512M]'
+
+
+def test_a_missing_nvcc_is_refused():
+    missing = {"changed": False, "stat": {"exists": False}}
+    assert settings_problems(nccl_tests_settings(nvcc=missing)) == [
+        "/usr/local/cuda/bin/nvcc is missing on gpu01; install the CUDA toolkit or set nccl_tests_cuda_home"
+    ]
+
+
+def test_every_problem_comes_back_at_once():
+    problems = settings_problems(
+        nccl_tests_settings(nccl_tests_source="", nccl_tests_source_checksum="", nccl_tests_args=["-g", "8"], nvcc={})
+    )
+    assert [problem.split(" ")[0].split("=")[0] for problem in problems] == [
+        "nccl_tests_source",
+        "nccl_tests_source_checksum",
+        "nccl_tests_args",
+        "/usr/local/cuda/bin/nvcc",
+    ]

@@ -1,6 +1,7 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for module_utils/_nvidia_driver.py: driver branch/flavour switch planning and the reboot decision.
+"""Unit tests for module_utils/_nvidia_driver.py: driver branch/flavour switch planning, the reboot decision
+and the role's input rules (settings_problems, the preflight's one check).
 
 Package sets have the shape of ansible_facts.packages from ansible.builtin.package_facts with the
 apt manager (ansible-core's APT.get_package_details plus the ``source`` the base class adds):
@@ -13,6 +14,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._nvidia_driver 
     branch_of,
     driver_plan,
     reboot_plan,
+    settings_problems,
     upstream_version,
 )
 
@@ -457,3 +459,61 @@ def test_nothing_installed_needs_no_reboot(loaded):
     assert plan["required"] is False
     assert plan["skipped"] == ""
     assert "no NVIDIA kernel-module package" in plan["reason"]
+
+
+# The role's input rules
+
+
+def driver_settings(**overrides):
+    base = {
+        "nvidia_driver_branch": "580",
+        "nvidia_driver_kernel_modules": "open",
+        "nvidia_driver_reboot_ok": None,
+        "nvidia_driver_cuda_versions": [],
+    }
+    base.update(overrides)
+    return base
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"nvidia_driver_branch": 570, "nvidia_driver_kernel_modules": "proprietary", "nvidia_driver_reboot_ok": True},
+        {"nvidia_driver_reboot_ok": False, "nvidia_driver_cuda_versions": ["12.8", 13.0, "12.10"]},
+    ],
+)
+def test_good_driver_settings_have_no_problems(overrides):
+    assert settings_problems(driver_settings(**overrides)) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"nvidia_driver_branch": "57"}, 'nvidia_driver_branch=57 must be a three-digit branch such as "580"'),
+        ({"nvidia_driver_branch": "575\n"}, 'nvidia_driver_branch=575\n must be a three-digit branch such as "580"'),
+        ({"nvidia_driver_branch": "580.105"}, "nvidia_driver_branch=580.105 must be"),
+        ({"nvidia_driver_kernel_modules": "closed"}, "nvidia_driver_kernel_modules=closed must be open or proprietary"),
+        ({"nvidia_driver_reboot_ok": "yes"}, "nvidia_driver_reboot_ok=yes must be null, true or false"),
+        (
+            {"nvidia_driver_cuda_versions": ["12.8.1"]},
+            "nvidia_driver_cuda_versions=['12.8.1'] must list CUDA toolkit versions as \"X.Y\" strings",
+        ),
+        ({"nvidia_driver_cuda_versions": "12.8"}, "nvidia_driver_cuda_versions=12.8 must list CUDA toolkit versions"),
+    ],
+)
+def test_each_bad_driver_variable_is_named_with_its_value_and_the_fix(overrides, message):
+    problems = settings_problems(driver_settings(**overrides))
+    assert len(problems) == 1
+    assert problems[0].startswith(message)
+
+
+def test_every_driver_problem_comes_back_at_once():
+    problems = settings_problems(
+        driver_settings(nvidia_driver_branch="5800", nvidia_driver_kernel_modules="", nvidia_driver_reboot_ok=1)
+    )
+    assert [problem.split("=")[0] for problem in problems] == [
+        "nvidia_driver_branch",
+        "nvidia_driver_kernel_modules",
+        "nvidia_driver_reboot_ok",
+    ]

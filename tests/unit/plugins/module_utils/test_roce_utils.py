@@ -316,3 +316,103 @@ def test_boot_plan_sets_everything_and_keeps_delay_and_apptrust_support():
     ]
     dcb_state = {"apptrust": None, "cable_len": 0, "trust": "dscp", "pfc_enabled": [3], "dscp2prio": {26: 3}}
     assert [step["field"] for step in roce.boot_plan("dcb", "dcb", IF, dcb_state, desired())] == ["dscp2prio", "pfc"]
+
+
+# ---------------------------------------------------------------- the role's settings
+
+
+def settings(**overrides):
+    """The roce role's defaults on a host with lo, eth0 and the RoCE port."""
+    base = {
+        "roce_interfaces": [IF],
+        "roce_pfc_priority": 3,
+        "roce_cnp_priority": 6,
+        "roce_dscp": 26,
+        "roce_cnp_dscp": 48,
+        "roce_ets": None,
+        "roce_rdma_cm_mode": "RoCE v2",
+        "inventory_hostname": "gpu01",
+        "interfaces": ["lo", "eth0", IF],
+    }
+    base.update(overrides)
+    return base
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        # Numbers that went through a template or an inventory as text.
+        {"roce_pfc_priority": "0", "roce_cnp_priority": "7", "roce_dscp": "63", "roce_cnp_dscp": "0"},
+        {"roce_ets": [50, 50, 0, 0, 0, 0, 0, 0]},
+        {"roce_ets": ["10", "10", "10", "10", "10", "10", "20", "20"]},
+        {"roce_rdma_cm_mode": "IB/RoCE v1"},
+        {"roce_interfaces": [IF, "eth0"]},
+    ],
+)
+def test_good_settings_have_no_problems(overrides):
+    assert roce.settings_problems(settings(**overrides)) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"roce_interfaces": []}, "roce_interfaces is empty: name the RoCE NICs of gpu01"),
+        (
+            {"roce_interfaces": ["ens9f9np9", "eth0", "ens9f9np9"]},
+            "roce_interfaces=['ens9f9np9', 'eth0', 'ens9f9np9'] names ens9f9np9, which gpu01 does not have "
+            "(it has ens1f0np0, eth0, lo)",
+        ),
+        ({"roce_interfaces": "eth0"}, "roce_interfaces=eth0 must be a list of the RoCE NICs of gpu01"),
+        ({"roce_pfc_priority": 8}, "roce_pfc_priority=8 must be a priority, 0..7"),
+        ({"roce_pfc_priority": 3.0}, "roce_pfc_priority=3.0 must be a priority, 0..7"),
+        ({"roce_cnp_priority": None}, "roce_cnp_priority=None must be a priority, 0..7"),
+        ({"roce_cnp_priority": True}, "roce_cnp_priority=True must be a priority, 0..7"),
+        ({"roce_dscp": 64}, "roce_dscp=64 must be a DSCP value, 0..63"),
+        ({"roce_dscp": "af31"}, "roce_dscp=af31 must be a DSCP value, 0..63"),
+        ({"roce_cnp_dscp": -1}, "roce_cnp_dscp=-1 must be a DSCP value, 0..63"),
+        (
+            {"roce_dscp": 48, "roce_cnp_dscp": "48"},
+            "roce_dscp=48 and roce_cnp_dscp=48 must differ: congestion notifications need their own DSCP",
+        ),
+        (
+            {"roce_ets": [110, -10, 0, 0, 0, 0, 0, 0]},
+            "roce_ets=[110, -10, 0, 0, 0, 0, 0, 0] must be null or 8 whole percentages, each 0..100, summing to "
+            "100 (one share per traffic class)",
+        ),
+        (
+            {"roce_ets": [50, 10, 0, 0, 0, 0, 0, 0]},
+            "roce_ets=[50, 10, 0, 0, 0, 0, 0, 0] must be null or 8 whole percentages, each 0..100, summing to "
+            "100 (one share per traffic class)",
+        ),
+        (
+            {"roce_ets": [100]},
+            "roce_ets=[100] must be null or 8 whole percentages, each 0..100, summing to 100 (one share per "
+            "traffic class)",
+        ),
+        (
+            {"roce_ets": "100"},
+            "roce_ets=100 must be null or 8 whole percentages, each 0..100, summing to 100 (one share per "
+            "traffic class)",
+        ),
+        ({"roce_rdma_cm_mode": "RoCEv2"}, 'roce_rdma_cm_mode=RoCEv2 must be "RoCE v2" or "IB/RoCE v1"'),
+        ({"roce_rdma_cm_mode": ["RoCE v2"]}, 'roce_rdma_cm_mode=[\'RoCE v2\'] must be "RoCE v2" or "IB/RoCE v1"'),
+    ],
+)
+def test_a_bad_setting_is_named_with_its_value_and_the_fix(overrides, message):
+    assert roce.settings_problems(settings(**overrides)) == [message]
+
+
+def test_every_problem_comes_back_at_once():
+    problems = roce.settings_problems(settings(roce_interfaces=[], roce_pfc_priority=9, roce_dscp=70, roce_ets=[1]))
+    assert [problem.split("=")[0].split(" ")[0] for problem in problems] == [
+        "roce_interfaces",
+        "roce_pfc_priority",
+        "roce_dscp",
+        "roce_ets",
+    ]
+
+
+def test_the_interfaces_of_the_host_are_listed_as_jinja_sorts_them():
+    [problem] = roce.settings_problems(settings(roce_interfaces=["x"], interfaces=["eth1", "Bond0", "lo", "BR0"]))
+    assert problem.endswith("(it has Bond0, BR0, eth1, lo)")
