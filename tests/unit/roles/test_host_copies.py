@@ -32,7 +32,7 @@ def copied():
 
 
 def test_the_copies_are_found():
-    assert {name for _, name in copied()} >= {"_gpu.py", "_frontdoor.py", "_vllm_metrics.py"}
+    assert {name for _role, name in copied()} >= {"_gpu.py", "_frontdoor.py", "_vllm_metrics.py"}
 
 
 @pytest.mark.parametrize(("role", "name"), copied())
