@@ -12,6 +12,8 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
+
 # Linux interface names: at most 15 bytes, no '/', ':' or whitespace (dev_valid_name()).
 IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 # Parameters of the flagship's 8x25G LACP bond (inventories/cluster-80x5090); netplan spelling -> networkd key.
@@ -344,18 +346,6 @@ REVERT_SECONDS_PER_PEER = 20
 _PEERS_DEFAULT = "null means the other hosts of the batch and of committed batches"
 
 
-def template_int(value, default=0):
-    """The number Jinja's int filter makes of a value: whole numbers, numbers written as text, the
-    whole part of a float; anything else is the default."""
-    try:
-        return int(value, 10) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError, OverflowError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            return default
-
-
 def peer_problems(verify_peers, peers, revert_seconds):
     """What is wrong with the peers the check after the apply pings (peers: fabric_network_verify_peers,
     or the other hosts' fabric addresses where it is null) and with the revert window they need."""
@@ -375,7 +365,7 @@ def peer_problems(verify_peers, peers, revert_seconds):
             "hosts or name a configured peer" % (verify_peers, _PEERS_DEFAULT)
         )
     need = REVERT_BASE_SECONDS + REVERT_SECONDS_PER_PEER * len(peers)
-    if template_int(revert_seconds) < need:
+    if _render.jinja_int(revert_seconds) < need:
         problems.append(
             "fabric_network_revert_seconds=%s leaves the checks too little time before the revert fires: set at least "
             "%d + %d per peer = %d" % (revert_seconds, REVERT_BASE_SECONDS, REVERT_SECONDS_PER_PEER, need)
@@ -399,7 +389,7 @@ def settings_problems(settings):
         build_model(
             list(interfaces) if isinstance(interfaces, tuple) else (interfaces if interfaces is not None else []),
             settings["fabric_network_bond"],
-            template_int(settings["fabric_network_mtu"]),
+            _render.jinja_int(settings["fabric_network_mtu"]),
             addresses,
             settings["fabric_network_vlans"],
             settings["fabric_network_bond_parameters"],

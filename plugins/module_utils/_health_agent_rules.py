@@ -63,16 +63,6 @@ _GPU_COUNT_WHY = (
 )
 _XID = {"min": 1, "why": "an Xid number, https://docs.nvidia.com/deploy/xid-errors/"}
 ENGINE_URL = re.compile(r"^https?://[A-Za-z0-9._:\[\]-]+/?\Z")
-_TRUE = ("yes", "on", "true", "1")
-
-
-def _bool(value):
-    """Ansible's bool filter: true, yes, on and 1 (any case), the number 1, True."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (str, int)):
-        return str(value).lower() in _TRUE
-    return value == 1
 
 
 def _json(value):
@@ -213,7 +203,7 @@ def _engine_problems(settings):
     URL's password shows as ********."""
     problems = []
     url = settings.get("health_agent_engine_url")
-    if _bool(settings.get("health_agent_engine_enabled")) and not ENGINE_URL.match(str(url)):
+    if _render.ansible_bool(settings.get("health_agent_engine_enabled")) and not ENGINE_URL.match(str(url)):
         problems.append(
             "health_agent_engine_url=%s must be the engine's base URL, http://HOST:PORT (by default from "
             "vllm_api_host and vllm_api_port, or llama_server_host and llama_server_port)"
@@ -239,7 +229,7 @@ def _journal_problems(settings):
             "health_agent_journal_unit=%s must be a unit name or a journalctl --unit pattern, e.g. "
             "gpufleet-vllm-r0.service" % (unit,)
         )
-    if _bool(settings.get("health_agent_journal_enabled")) and unit in ("", None):
+    if _render.ansible_bool(settings.get("health_agent_journal_enabled")) and unit in ("", None):
         problems.append(
             "health_agent_journal_enabled is true but health_agent_journal_unit is empty: name the serving unit"
         )

@@ -14,27 +14,10 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import rpc_problems
 
 WHOLE = re.compile(r"^[0-9]+\Z")
-
-
-def as_bool(value):
-    """Ansible's ``| bool``: yes, on, true and 1 (any case) and the number 1 are true."""
-    if isinstance(value, str):
-        return value.lower() in ("yes", "on", "true", "1")
-    return isinstance(value, (int, float)) and value == 1
-
-
-def as_int(value):
-    """Jinja's ``| int``: the number, or 0 when it is none."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            return 0
 
 
 def settings_problems(settings):
@@ -46,7 +29,7 @@ def settings_problems(settings):
     if not WHOLE.match(str(threads)):
         problems.append("llama_rpc_threads=%s must be a whole number, 0 for all CPUs" % (threads,))
     sources = settings.get("llama_rpc_allowed_sources")
-    if as_bool(settings.get("llama_rpc_firewall")) and not sources:
+    if _render.ansible_bool(settings.get("llama_rpc_firewall")) and not sources:
         problems.append(
             "llama_rpc_allowed_sources is empty with the firewall on: the llama_coordinator group is empty or its "
             "hosts lack gpufleet_fabric_address; list the coordinators' fabric IPs, or set llama_rpc_firewall: false"
@@ -54,9 +37,9 @@ def settings_problems(settings):
     problems += rpc_problems(
         settings.get("llama_rpc_bind_address"),
         settings.get("llama_rpc_port"),
-        per_device=as_bool(settings.get("llama_rpc_per_device")),
+        per_device=_render.ansible_bool(settings.get("llama_rpc_per_device")),
         devices=settings.get("llama_rpc_devices"),
-        gpu_count=as_int(settings.get("llama_cpp_gpu_count")),
+        gpu_count=_render.jinja_int(settings.get("llama_cpp_gpu_count")),
         subnet=settings.get("gpufleet_fabric_subnet") or "",
         sources=sources if sources is not None else [],
         extra_args=settings.get("llama_rpc_extra_args") if settings.get("llama_rpc_extra_args") is not None else [],

@@ -17,6 +17,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 from ansible_collections.gpufleet.inference.plugins.module_utils._apt_auth import masked
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_cpp import server_plan
 
@@ -28,13 +29,6 @@ ARGV_KEYS = (
     "model_path", "host", "port", "n_gpu_layers", "n_cpu_moe", "override_tensor", "ctx_size", "parallel",
     "load_mode", "flash_attn", "extra_args",
 )  # fmt: skip
-
-
-def as_bool(value):
-    """Ansible's ``| bool``: yes, on, true and 1 (any case) and the number 1 are true."""
-    if isinstance(value, str):
-        return value.lower() in ("yes", "on", "true", "1")
-    return isinstance(value, (int, float)) and value == 1
 
 
 def _text(value):
@@ -86,7 +80,7 @@ def exposure_problems(settings):
         host in LOOPBACK
         or host.startswith("127.")
         or _text(settings.get("llama_server_api_key"))
-        or as_bool(settings.get("llama_server_allow_unauthenticated"))
+        or _render.ansible_bool(settings.get("llama_server_allow_unauthenticated"))
     ):
         return []
     return [

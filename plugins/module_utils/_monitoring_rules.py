@@ -14,7 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.inference.plugins.module_utils import _prometheus_targets
+from ansible_collections.gpufleet.inference.plugins.module_utils import _prometheus_targets, _render
 
 # The role's variables that _prometheus_targets.settings_problems checks.
 MONITORING_VARIABLES = (
@@ -26,16 +26,6 @@ MONITORING_VARIABLES = (
     "monitoring_url",
     "monitoring_verify_timeout",
 )
-_TRUE = ("yes", "on", "true", "1")
-
-
-def _bool(value):
-    """Ansible's bool filter: true, yes, on and 1 (any case), the number 1, True."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (str, int)):
-        return str(value).lower() in _TRUE
-    return value == 1
 
 
 def settings_problems(settings):
@@ -61,7 +51,7 @@ def settings_problems(settings):
             raise ValueError("monitoring: groups must be the inventory's groups, a dict of lists, got %r" % (groups,))
         problems += _prometheus_targets.inventory_targets(settings["hostvars"], groups)[1]
     stat = settings.get("promtool_stat") or {}
-    if "monitoring_install" in settings and not _bool(settings["monitoring_install"]):
+    if "monitoring_install" in settings and not _render.ansible_bool(settings["monitoring_install"]):
         if not (isinstance(stat, dict) and (stat.get("stat") or {}).get("exists")):
             problems.append(
                 "monitoring_install=false, but %s does not exist on %s. Install the prometheus package (Debian "

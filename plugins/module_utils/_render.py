@@ -271,6 +271,35 @@ def kind_problem(kind, value, options=None):
     return KINDS[kind](value, options or {})
 
 
+# Ansible's and Jinja's own coercions, for rules that read a value as the roles' templates did.
+_BOOL_TRUE = ("yes", "on", "true", "1")
+
+
+def ansible_bool(value):
+    """Ansible's ``| bool`` (ansible-core 2.19, plugins/filter/core.py to_bool): yes, on, true and
+    1 in any case, True and the number 1 are true; anything else is false."""
+    if isinstance(value, str):
+        return value.lower() in _BOOL_TRUE
+    if isinstance(value, int):  # True and False too
+        return str(value).lower() in _BOOL_TRUE
+    try:
+        return value == 1
+    except TypeError:
+        return False
+
+
+def jinja_int(value, default=0):
+    """Jinja's ``| int``: whole numbers, numbers written as text, the whole part of a float;
+    anything else is the default."""
+    try:
+        return int(value, 10) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            return default
+
+
 def shown(value):
     """A value as a message shows it: repr, with the password of any URL inside replaced by
     ********, so a refusal never prints a credential."""

@@ -63,7 +63,6 @@ _LOADER_WORD = re.compile(r"[^: ]+")
 # Addresses that keep the API on the host.
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _LOCK_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+\Z")
-_TRUE = ("y", "yes", "on", "1", "true", "t")
 
 # The keys the first check reads; a missing one is a mistake in vars/main.yml, not an input.
 REQUIRED = (
@@ -95,26 +94,6 @@ PLAN_REQUIRED = ("vllm_platform", "vllm_capacity_gpu", "model", "kv_cache_memory
 def _text(value):
     """A value as Jinja's ``~`` renders it."""
     return str(value)
-
-
-def _int(value):
-    """Jinja's ``| int``: the number, the whole part of a numeric text, else 0."""
-    try:
-        return int(value, 10) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError, OverflowError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            return 0
-
-
-def _bool(value):
-    """Ansible's ``| bool``."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return value == 1
-    return isinstance(value, str) and value.strip().lower() in _TRUE
 
 
 def _matches(pattern, value):
@@ -204,7 +183,7 @@ def _node_problems(s):
 def _api_problems(s):
     problems = []
     ports = [s["vllm_api_port"], s["vllm_master_port"], s["vllm_guard_port"]]
-    if len({_int(port) for port in ports}) != 3:
+    if len({_render.jinja_int(port) for port in ports}) != 3:
         problems.append(
             "vllm_api_port=%s, vllm_master_port=%s and vllm_guard_port=%s must be three different ports"
             % tuple(_text(port) for port in ports)
@@ -221,7 +200,8 @@ def _api_problems(s):
         problems.append("vllm_hf_token contains spaces or control characters")
     host = s["vllm_api_host"]
     local = host in _LOOPBACK or _matches(r"^127\.", host)
-    if not (_int(s["vllm_node_rank"]) > 0 or local or key_text or _bool(s["vllm_allow_unauthenticated"])):
+    headless = _render.jinja_int(s["vllm_node_rank"]) > 0
+    if not (headless or local or key_text or _render.ansible_bool(s["vllm_allow_unauthenticated"])):
         problems.append(
             "vllm_api_host=%s serves the API beyond this host and vllm_api_key is empty. Set vllm_api_key, keep "
             "vllm_api_host at 127.0.0.1, or set vllm_allow_unauthenticated: true if a proxy in front authenticates."

@@ -3,9 +3,8 @@
 """Unit tests for module_utils/_llama_rpc_worker_rules.py: the llama_rpc_worker preflight's one check."""
 
 import pytest
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 from ansible_collections.gpufleet.inference.plugins.module_utils._llama_rpc_worker_rules import (
-    as_bool,
-    as_int,
     settings_problems,
 )
 
@@ -111,9 +110,9 @@ def test_every_problem_comes_back_at_once():
      ("maybe", False), (None, False), (2, False), ([], False)],
 )  # fmt: skip
 def test_as_bool_reads_values_as_ansible_bool_filter_does(value, expected):
-    assert as_bool(value) is expected
+    assert _render.ansible_bool(value) is expected
 
 
 @pytest.mark.parametrize(("value", "expected"), [(8, 8), ("8", 8), ("8.7", 8), (None, 0), ("many", 0), ([], 0)])
 def test_as_int_reads_values_as_jinja_int_filter_does(value, expected):
-    assert as_int(value) == expected
+    assert _render.jinja_int(value) == expected

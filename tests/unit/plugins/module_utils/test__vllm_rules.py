@@ -13,6 +13,7 @@ import pytest
 import yaml
 from ansible_collections.gpufleet.inference.plugins.module_utils import (
     _capacity,
+    _render,
     _vllm_catalogue,
     _vllm_replica,
     _vllm_rules,
@@ -407,7 +408,7 @@ def preflight(values):
     found = _vllm_rules.settings_problems(dict(values, host_reads=host_reads(values)))
     if found:
         return found
-    node = {"host": "lab-2", "rank": _vllm_rules._int(values["vllm_node_rank"]), "address": values["vllm_host_ip"]}
+    node = {"host": "lab-2", "rank": _render.jinja_int(values["vllm_node_rank"]), "address": values["vllm_host_ip"]}
     node["args"], _unused = _vllm_catalogue.validate(values["vllm_args"], values["vllm_version"])
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "version", "platform", "master_port"):
         node[key] = values["vllm_" + key]

@@ -6,6 +6,7 @@ import configparser
 
 import pytest
 import yaml
+from ansible_collections.gpufleet.inference.plugins.module_utils import _render
 from ansible_collections.gpufleet.inference.plugins.module_utils._fabric_network import (
     FabricModelError,
     build_model,
@@ -15,7 +16,6 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._fabric_network
     render_netplan,
     render_networkd,
     settings_problems,
-    template_int,
     virtual_links,
 )
 
@@ -755,4 +755,4 @@ def test_the_peers_and_the_link_come_back_at_once():
      (None, 0), ([9000], 0), (float("inf"), 0), ("inf", 0)],
 )  # fmt: skip
 def test_template_int_is_jinjas_int(value, number):
-    assert template_int(value) == number
+    assert _render.jinja_int(value) == number
