@@ -51,7 +51,7 @@ test: setup lab-image ## Run every test stage; stops at the first failure (docs/
 	$(PY) scripts/run_tests.py $(STAGES)
 
 check: setup ## The edit-test loop: static stages, unit tests and the bad-input suite (no hosts)
-	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint role-docs sanity units bad-inputs
+	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint role-docs sanity units agents bad-inputs
 
 lint: setup ## yamllint, ansible-lint, ruff, the changelog linter and the role README tables
 	$(PY) scripts/run_tests.py yamllint ansible-lint ruff changelog-lint role-docs

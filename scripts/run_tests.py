@@ -134,6 +134,9 @@ STAGES: dict[str, list] = {
     "role-docs": [[str(VENV_BIN / "python"), str(REPO / "scripts" / "role_docs.py"), "--check"]],
     "sanity": [lambda: ansible_test("sanity", "--requirements")],
     "units": [lambda: ansible_test("units", "--requirements")],
+    # The gpufleet-agents package's own tests (agents/README.md), run as a package's tests are:
+    # pytest takes its settings from agents/pyproject.toml.
+    "agents": [["pytest", "-q", "-p", "no:cacheprovider", str(REPO / "agents")]],
     # tests/unit runs once, under ansible-test units (the same pytest files, in the collection
     # layout); plain pytest runs only what ansible-test does not collect.
     "pytest": [
@@ -432,7 +435,10 @@ def run_stage(name: str, out: TextIO | None = None) -> tuple[bool, str]:
 # tuple is a lane, and when stages of two lanes are selected the lanes run side by side: sanity
 # spends most of its time building its venvs and in single-threaded linters, the others together
 # take about as long (docs/testing.md, Time budget). Each stage keeps its own row and its time.
-STATIC_LANES = (("sanity", "bad-inputs"), ("yamllint", "ansible-lint", "ruff", "changelog-lint", "role-docs", "units"))
+STATIC_LANES = (
+    ("sanity", "bad-inputs"),
+    ("yamllint", "ansible-lint", "ruff", "changelog-lint", "role-docs", "units", "agents"),
+)
 
 
 def static_lanes(selected: list[str]) -> list[list[str]]:

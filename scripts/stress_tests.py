@@ -6,7 +6,7 @@
     stress_tests.py --runs 5 TEST ...    these test files or pytest node ids, each 5 times
     stress_tests.py --list               print the default selection and why, run nothing
     stress_tests.py --keep-going         every run even after a failure (failure rates)
-    stress_tests.py --scan tests         select from every test directory, not only tests/unit
+    stress_tests.py --scan tests         select from these directories instead of the default
 
 A test waits for an event with a bound that only guards against a hang (docs/testing.md). One
 that sleeps and then asserts, or races a short timeout, passes on an idle machine and fails on a
@@ -19,17 +19,18 @@ The summary gives, per test, the runs that passed out of --runs (and how many fa
 never ran), the seconds each file took over all its runs, and the wall time; the exit status is 1
 when a run failed (pytest's own status when it failed otherwise, e.g. to collect).
 
-Default selection: every test file under tests/unit (what the units stage runs; `--scan` names
-other directories) whose code starts a process or a thread, or has the code under test start one.
-The rule reads each file's syntax tree, so comments and strings do not count. A file is selected
-when it
+Default selection: every test file under tests/unit and agents/tests (what the units and agents
+stages run; `--scan` names other directories) whose code starts a process or a thread, or has
+the code under test start one. The rule reads each file's syntax tree, so comments and strings do
+not count. A file is selected when it
   - imports a module that starts processes or threads, or serves from threads: subprocess,
     threading, multiprocessing, concurrent.futures, socketserver, http.server, asyncio, pty;
   - calls os.fork, os.forkpty, os.system, os.popen, os.posix_spawn or an os.spawn* function;
   - calls fake_binary() (tests/unit/conftest.py), or chmod() with an execute bit: it writes an
     executable that the module under test runs;
-  - calls load_role_script() or role_script() (tests/unit/roles/role_scripts.py: the programs
-    under roles/*/files, the daemons and tools the tests start).
+  - imports a role program, a module roles/*/files/NAME.py, as `import NAME` or
+    `importlib.import_module("NAME")` with its folder on sys.path (the daemons and tools the
+    roles install, which the tests start or which start processes themselves).
 Whole files are selected: the tests in them that start nothing cost little, and a rule per test
 function would miss the fixtures and helpers that start the processes. --list prints each file
 with what selected it; the run prints them too.
@@ -56,7 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
 PLUGIN = "gpufleet_stress_tests"  # the module name this file has inside the pytest it starts
 DEFAULT_RUNS = 20
-DEFAULT_SCAN = ("tests/unit",)
+DEFAULT_SCAN = ("tests/unit", "agents/tests")
 SPAWNING_MODULES = (
     "subprocess",
     "threading",
@@ -68,7 +69,9 @@ SPAWNING_MODULES = (
     "pty",
 )
 SPAWNING_OS_CALLS = ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp")
-SPAWNING_HELPERS = ("fake_binary", "load_role_script", "role_script")
+SPAWNING_HELPERS = ("fake_binary",)
+# The module names of the role programs (roles/*/files/NAME.py), which the tests import from their folder.
+ROLE_PROGRAMS = frozenset(path.stem for path in REPO.glob("roles/*/files/*.py"))
 # Busy until its parent is gone: a burner orphaned by a SIGKILL of this script stops by itself.
 BURNER = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(1000000):\n        pass\n"
 
@@ -82,6 +85,7 @@ def spawn_reasons(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             reasons.update(alias.name for alias in node.names if _spawning_module(alias.name))
+            reasons.update(f"role program {alias.name}" for alias in node.names if alias.name in ROLE_PROGRAMS)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if _spawning_module(node.module):
                 reasons.add(node.module)
@@ -92,6 +96,8 @@ def spawn_reasons(source: str) -> list[str]:
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
             if name in SPAWNING_HELPERS:
                 reasons.add(f"{name}()")
+            elif name == "import_module" and _role_program(node.args):
+                reasons.add(f"role program {node.args[0].value}")
             elif name == "chmod" and any(_executable_mode(arg) for arg in node.args):
                 reasons.add("chmod(+x)")
     return sorted(reasons)
@@ -99,6 +105,11 @@ def spawn_reasons(source: str) -> list[str]:
 
 def _executable_mode(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, int) and bool(node.value & 0o111)
+
+
+def _role_program(args: list[ast.expr]) -> bool:
+    """Whether import_module()'s arguments name a role program."""
+    return bool(args) and isinstance(args[0], ast.Constant) and args[0].value in ROLE_PROGRAMS
 
 
 def _spawning_module(name: str) -> bool:

@@ -22,10 +22,11 @@ log-format rules (``http-check send hdr <name> <fmt>``, section 8.2.4) also need
 
 The front door's own settings (the role's ``frontdoor_*`` variables) are checked here too
 (settings_problems, the filter's ``settings``), and the controller's and the planned restart's
-(config_problems) by the same code in the role's preflight and in gpufleet-frontdoor, which the
-role installs beside this file.
+(config_problems) by the same code in the role's preflight and in gpufleet-frontdoor: the
+gpufleet-agents package (agents/) holds this file as gpufleet_agents._frontdoor.
 
-Private module_utils (leading underscore); Python 3.8+ and the standard library only.
+Private module_utils (leading underscore); Python 3.8+ and the standard library only: on a host,
+in the package, nothing else of the collection exists.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,7 +40,7 @@ import re
 
 try:
     from ansible_collections.gpufleet.inference.plugins.module_utils import _render
-except ImportError:  # beside gpufleet-frontdoor on a front door, which calls only config_problems()
+except ImportError:  # in the gpufleet-agents package on a front door, which calls only config_problems()
     _render = None
 
 # HAProxy's rule for proxy names (configuration.txt section 3.5: letters, digits, '-', '_', '.',

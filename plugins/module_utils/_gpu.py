@@ -19,7 +19,9 @@ nvidia-smi-topo, see the READMEs there):
   'NIC Legend:' that maps NIC0.. to HCA names such as mlx5_0. Columns are separated by tabs on
   newer drivers and by spaces on older ones.
 
-Everything here but run_nvidia_smi is pure, so the modules and the unit tests share it.
+Everything here but run_nvidia_smi is pure, so the modules and the unit tests share it. The health
+agent parses nvidia-smi with it too: the gpufleet-agents package (agents/) holds this file as
+gpufleet_agents._gpu, so it imports the standard library only.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -4,9 +4,10 @@
 """The health_agent role's input rules, in one check (filter _role_problems, role health_agent).
 
 Every message names the variable, the value found and the fix. The agent checks its agent.json
-again when it starts (gpufleet-health-agent, _config_problems), with rules of its own; the role's
-are stricter (bounds on counts and intervals, a port of 1..65535) so that a bad value is refused
-before the agent is installed.
+again (gpufleet-health-agent --check-config, when the role writes it, and when it starts) with
+_health_agent_config.normalize_config; the limits of counts, intervals, the ping interval and the
+GPU count come from that module, so that the role refuses, before anything is installed, exactly
+the values the agent would. The role also refuses port 0, which the agent takes in its tests.
 
 Values arrive as the inventory gives them (a string, a number, a boolean, None, a list or a
 mapping); where a rule was a Jinja test, it reads the value as Jinja did (`| string` is str(), a
@@ -20,7 +21,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpufleet.inference.plugins.module_utils import _apt_auth, _render
+from ansible_collections.gpufleet.inference.plugins.module_utils import _apt_auth, _health_agent_config, _render
 
 # An IPv4 address in dotted-quad form: the ping mesh is IPv4, like the fabric the topology
 # inventory allocates.
@@ -36,8 +37,9 @@ _SHAPES = (
     (r"^[0-9]+\Z", "health_agent_rank", " must be an integer >= 0 (0: the node that serves the API)"),
 )
 
-_COUNT = {"min": 1, "max": 1000, "why": "consecutive results or probes"}
-_SECONDS = {"max": 3600}
+_LIMITS = _health_agent_config
+_COUNT = {"min": _LIMITS.COUNT[0], "max": _LIMITS.COUNT[1], "why": "consecutive results or probes"}
+_SECONDS = {"max": _LIMITS.SECONDS_MAX}
 COUNTS = (
     "health_agent_gpu_fall",
     "health_agent_gpu_rise",
@@ -55,7 +57,7 @@ SECONDS = (
     "health_agent_engine_timeout",
     "health_agent_journal_interval",
 )
-_PING_INTERVAL = {"min": 10, "max": 60000, "why": "milliseconds"}
+_PING_INTERVAL = {"min": _LIMITS.PING_INTERVAL_MS[0], "max": _LIMITS.PING_INTERVAL_MS[1], "why": "milliseconds"}
 _PING_TIMEOUT_WHY = "at most health_agent_ping_interval_ms, so that one probe per peer is in flight"
 _GPU_COUNT_WHY = (
     "the GPUs nvidia-smi must see on this node, default gpufleet_gpu_count; null compares against the NVIDIA GPUs "
@@ -117,7 +119,7 @@ def _number_checks(settings):
     interval = settings.get("health_agent_ping_interval_ms")
     checks.append(["int", "health_agent_ping_interval_ms", interval, _PING_INTERVAL])
     # One probe per peer in flight, so that losses are counted in order.
-    limit = int(str(interval)) if _DIGITS.match(str(interval)) else 60000
+    limit = int(str(interval)) if _DIGITS.match(str(interval)) else _LIMITS.PING_INTERVAL_MS[1]
     checks.append(
         ["int", "health_agent_ping_timeout_ms", settings.get("health_agent_ping_timeout_ms"),
          {"min": 1, "max": limit, "why": _PING_TIMEOUT_WHY}]
@@ -168,7 +170,7 @@ def _peer_problems(where, peer):
     if not isinstance(peer, dict):
         problems.append("%s is not a mapping" % where)
     name = fields.get("name", "")
-    if not re.match(r"^[A-Za-z0-9._-]+\Z", str(name)):
+    if not _LIMITS.PEER_NAME.match(str(name)):
         problems.append(
             "%s.name=%s may hold letters, digits and ._- only (it names the peer in /health and the metrics)"
             % (where, _json(name))
@@ -189,7 +191,9 @@ def _gpu_problems(settings):
     # null (the default without gpufleet_gpu_count) compares against the PCI bus; an empty string is no count.
     count = settings.get("health_agent_gpu_expected_count")
     if count is not None:
-        checks.append(["int", "health_agent_gpu_expected_count", count, {"min": 1, "max": 64, "why": _GPU_COUNT_WHY}])
+        low, high = _LIMITS.GPU_COUNT
+        limits = {"min": low, "max": high, "why": _GPU_COUNT_WHY}
+        checks.append(["int", "health_agent_gpu_expected_count", count, limits])
     xids = settings.get("health_agent_gpu_fatal_xids")
     checks += [["int", "health_agent_gpu_fatal_xids", xid, _XID] for xid in (xids if _is_list(xids) else [])]
     problems = _render.input_problems(checks)

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read what a vLLM engine says about itself on /metrics (Prometheus text format 0.0.4).
 
-Pure functions, no Ansible imports. The families read here are vLLM's own
+Pure functions, standard library only: the gpufleet-agents package (agents/) holds this file as
+gpufleet_agents._vllm_metrics for the front door controller. The families read here are vLLM's own
 (vllm/v1/metrics/loggers.py): ``vllm:cache_config_info`` (an info gauge whose labels are the
 engine's CacheConfig, among them ``block_size`` and ``num_gpu_blocks``, the KV blocks the engine
 allocated, CPU backends included), ``vllm:num_requests_running`` and

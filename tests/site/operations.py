@@ -110,7 +110,7 @@ class Lab:
 
     def status(self) -> dict:
         """The front door's view (gpufleet-frontdoor status on the front-door host)."""
-        proc = self.ssh(self.front, "/usr/bin/python3", "/usr/local/libexec/gpufleet-frontdoor", "status", check=False)
+        proc = self.ssh(self.front, "/usr/local/bin/gpufleet-frontdoor", "status", check=False)
         try:
             return json.loads(proc.stdout)
         except json.JSONDecodeError:
@@ -441,8 +441,22 @@ def promtool_tests(lab: Lab) -> str:
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "SUCCESS"
 
 
+# The gpufleet-agents programs export the package's version as a label; every one the lab runs must
+# be the checkout's (agents/src/gpufleet_agents/__init__.py, equal to galaxy.yml's version).
+VERSION_SERIES = ("gpufleet_health_agent_info", "gpufleet_frontdoor_info")
+
+
+def checkout_version() -> str:
+    text = (ROOT / "agents" / "src" / "gpufleet_agents" / "__init__.py").read_text()
+    return text.split('__version__ = "', 1)[1].split('"', 1)[0]
+
+
 def trial_monitoring(lab: Lab, _args) -> dict:
     promtool = promtool_tests(lab)
+    versions = {
+        name: sorted({sample["metric"].get("version", "") for sample in prometheus_query(lab, name)})
+        for name in VERSION_SERIES
+    }
     down = prometheus_query(lab, "up == 0")
     jobs = sorted({sample["metric"]["job"] for sample in prometheus_query(lab, "up == 1")})
     missing = [name for name in SERIES if not prometheus_query(lab, f'count({{__name__="{name}"}})')]
@@ -455,8 +469,10 @@ def trial_monitoring(lab: Lab, _args) -> dict:
         "series_missing": missing,
         "alerts_now": sorted({f"{s['metric'].get('alertname')} ({s['metric'].get('alertstate')})" for s in rules}),
         "promtool_test_rules": promtool,
+        "agents_versions": versions,
     }
-    result["ok"] = not missing and not down and len(jobs) >= 4
+    same = all(found == [checkout_version()] for found in versions.values())
+    result["ok"] = not missing and not down and len(jobs) >= 4 and same
     return result
 
 

@@ -1,14 +1,17 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for roles/fabric_network/files/gpufleet-fabric-revert, the tool that puts a host's
-fabric configuration back when the apply failed or the host lost its peers.
+"""Unit tests for roles/fabric_network/files/gpufleet_fabric_revert.py, the tool that puts a host's
+fabric configuration back when the apply failed or the host lost its peers (installed on the hosts
+as /usr/local/libexec/gpufleet-fabric-revert).
 
-The tool is loaded as a module and its process boundary is replaced: ``subprocess`` by a host whose
-links, addresses and routes start as a real lab host's ``ip -j`` output (fixtures/fabric_revert) and
-change as ``ip`` would change them; ``time.sleep`` by a recorder; the marker file by a temp path.
+The tool is imported as a module from its folder and its process boundary is replaced:
+``subprocess`` by a host whose links, addresses and routes start as a real lab host's ``ip -j``
+output (fixtures/fabric_revert) and change as ``ip`` would change them; ``time.sleep`` by a
+recorder; the marker file by a temp path.
 """
 
 import copy
+import importlib
 import ipaddress
 import json
 import os
@@ -20,10 +23,14 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary
-from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fabric_revert"
-SCRIPT = role_script("fabric_network", "gpufleet-fabric-revert")
+# The role's files folder goes on sys.path once, and the tool is an ordinary import from it.
+ROLE_FILES = Path(__file__).resolve().parents[3] / "roles" / "fabric_network" / "files"
+SCRIPT = ROLE_FILES / "gpufleet_fabric_revert.py"
+if str(ROLE_FILES) not in sys.path:
+    sys.path.insert(0, str(ROLE_FILES))
+revert_tool = importlib.import_module("gpufleet_fabric_revert")
 # fab0's static routes in the capture, as the tool writes them for `ip route replace`.
 FAB0_ROUTES = [
     "10.20.0.0/16 via 192.168.77.1 metric 50 dev fab0",
@@ -166,8 +173,8 @@ def host():
 @pytest.fixture
 def tool(monkeypatch, tmp_path, host):
     """The tool as a module, with its process boundary on ``host`` and sleeps recorded, not slept."""
-    module = load_role_script("fabric_network", "gpufleet-fabric-revert")
-    module.slept = []
+    module = revert_tool
+    monkeypatch.setattr(module, "slept", [], raising=False)
     monkeypatch.setattr(module, "subprocess", types.SimpleNamespace(run=host.run))
     monkeypatch.setattr(
         module,
@@ -336,9 +343,8 @@ def test_a_file_that_cannot_be_put_back_does_not_stop_the_links(tool, host, appl
 
 
 def test_a_missing_reload_command_is_reported_not_raised(tmp_path, capsys):
-    module = load_role_script("fabric_network", "gpufleet-fabric-revert")
     missing = str(tmp_path / "no-such-networkctl")
-    assert module.run([missing, "reload"]) == 127
+    assert revert_tool.run([missing, "reload"]) == 127
     assert capsys.readouterr().out.startswith(f"{missing} reload: rc=127 ")
 
 
@@ -371,9 +377,8 @@ def test_usage(tool, capsys):
 
 
 def test_run_reports_a_failing_command(tmp_path, capsys):
-    module = load_role_script("fabric_network", "gpufleet-fabric-revert")
     path = fake_binary(tmp_path, "networkctl", rc=1, stderr="Failed to reload network settings\n")
-    assert module.run([path, "reload"]) == 1
+    assert revert_tool.run([path, "reload"]) == 1
     assert capsys.readouterr().out == f"{path} reload: rc=1 Failed to reload network settings\n"
 
 

@@ -1,16 +1,20 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for roles/frontdoor/files/gpufleet-unit-ctl, the forced command of the restart key."""
+"""Unit tests for roles/frontdoor/files/gpufleet_unit_ctl.py, the forced command of the restart key
+(installed on the serving nodes as /usr/local/libexec/gpufleet-unit-ctl)."""
 
+import importlib
 import stat
+import sys
+from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
 
-SCRIPT = role_script("frontdoor", "gpufleet-unit-ctl")
-
-
-unit_ctl = load_role_script("frontdoor", "gpufleet-unit-ctl")
+# The role's files folder goes on sys.path once, and the program is an ordinary import from it.
+ROLE_FILES = Path(__file__).resolve().parents[3] / "roles" / "frontdoor" / "files"
+if str(ROLE_FILES) not in sys.path:
+    sys.path.insert(0, str(ROLE_FILES))
+unit_ctl = importlib.import_module("gpufleet_unit_ctl")
 UNITS = "# managed\ngpufleet-vllm-lab.service\n\ngpufleet-llama-rpc-50052.service\n"
 
 

@@ -1,6 +1,6 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for roles/frontdoor/files/gpufleet-frontdoor: its decision table, HAProxy parsers, state files,
+"""Unit tests for gpufleet_agents.frontdoor (gpufleet-frontdoor): its decision table, HAProxy parsers, state files,
 and the CLI, controller and planned restart against a fake HAProxy, fake agents, vLLM and ssh."""
 
 import copy
@@ -22,22 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
+from conftest import SRC, program
+from gpufleet_agents import frontdoor as fd
 
-REPO = Path(__file__).resolve().parents[3]
-SCRIPT = role_script("frontdoor", "gpufleet-frontdoor")
-MODULE_UTILS = REPO / "plugins" / "module_utils"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "frontdoor"
 
 
-def load_frontdoor():
-    # Installed, the role copies _vllm_metrics.py beside the program; here it comes from plugins/.
-    if str(MODULE_UTILS) not in sys.path:
-        sys.path.insert(0, str(MODULE_UTILS))
-    return load_role_script("frontdoor", "gpufleet-frontdoor")
-
-
-fd = load_frontdoor()
 decide = fd.decide
 POLICY = {
     "interval": 1.0,
@@ -730,28 +720,6 @@ def test_an_invalid_config_is_refused_with_what_is_wrong(tmp_path, change, messa
         fd.load_config(write_config(tmp_path, config))
 
 
-def test_the_program_runs_with_only_the_modules_the_role_installs_beside_it(tmp_path):
-    """Installed, gpufleet-frontdoor finds _frontdoor.py and _vllm_metrics.py beside it and no collection."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    shutil.copy(SCRIPT, lib / "gpufleet-frontdoor")
-    for name in ("_frontdoor.py", "_vllm_metrics.py"):
-        shutil.copy(MODULE_UTILS / name, lib / name)
-    config = base_config(tmp_path)
-    config["controller"] = {"interval": 0}
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    proc = subprocess.run(
-        [sys.executable, "-I", str(lib / "gpufleet-frontdoor"), "--config", write_config(tmp_path, config), "status"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert "controller 'interval' must be a number of seconds > 0" in json.loads(proc.stdout)["error"]
-
-
 # Fakes: HAProxy's runtime API, the agents and vLLM, ssh ------------------------------------
 
 
@@ -964,12 +932,12 @@ def lab(tmp_path):
 
 def cli(lab, *args, fail_ssh="", hang_ssh="", timeout=120):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(MODULE_UTILS), *prometheus_path()])
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *prometheus_path()])
     env.update(FAKE_SSH_LOG=str(lab.ssh_log), FAKE_HAPROXY_SOCKET=lab.config["haproxy_socket"], FAKE_SSH_FAIL=fail_ssh)
     env["FAKE_SSH_HANG"] = hang_ssh
     config = write_config(lab.tmp, lab.config)
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", config, *args],
+        [*program("frontdoor"), "--config", config, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -1164,10 +1132,10 @@ def scrape(port):
 def test_controller_drains_caps_undrains_exports_metrics_and_stops_on_sigterm(lab):
     pytest.importorskip("prometheus_client", reason="python3-prometheus-client (Debian) / prometheus-client")
     lab.config["controller"]["max_auto_drained"] = 2  # so that b's drain is blocked as the last serving
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(MODULE_UTILS), *prometheus_path()]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), *prometheus_path()]))
     config = write_config(lab.tmp, lab.config)
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--config", config, "controller"],
+        [*program("frontdoor"), "--config", config, "controller"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -1178,6 +1146,7 @@ def test_controller_drains_caps_undrains_exports_metrics_and_stops_on_sigterm(la
         first = json.loads(proc.stdout.readline())
         port = first["port"]
         assert wait_for(lambda: "gpufleet_frontdoor_haproxy_up 1.0" in scrape(port))
+        assert f'gpufleet_frontdoor_info{{version="{fd.__version__}"}} 1.0' in scrape(port)
         lab.agents["a-head"] = False
         # The record is written before the drain is set: wait for both.
         assert wait_for(lambda: lab.servers["a"]["admin"] == 8)
@@ -1361,11 +1330,11 @@ def test_a_start_job_still_running_at_ready_timeout_fails_at_ready_not_start(lab
 
 def test_a_restart_stopped_by_sigterm_hands_the_drain_to_the_controller(lab):
     lab.start_delay = None  # still waiting for ready when the signal comes
-    env = dict(os.environ, PYTHONPATH=str(MODULE_UTILS), FAKE_SSH_LOG=str(lab.ssh_log))
+    env = dict(os.environ, PYTHONPATH=str(SRC), FAKE_SSH_LOG=str(lab.ssh_log))
     env["FAKE_HAPROXY_SOCKET"] = lab.config["haproxy_socket"]
     config = write_config(lab.tmp, lab.config)
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--config", config, "restart", "a"],
+        [*program("frontdoor"), "--config", config, "restart", "a"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,4 +1,5 @@
-# Managed by gpufleet.inference (health_agent role).
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Health agent of a serving node: GPUs, the engine, NCCL errors and a fabric ping mesh.
 
 Serves GET /metrics (Prometheus text, gpufleet_health_*) and GET /health (JSON; HTTP 200 when
@@ -6,7 +7,7 @@ healthy, 503 when not) on listen_address:port. The front door reads /health of e
 replica and drains the replica when one node is unhealthy.
 
 Checks (each can be disabled in the config, with the reason shown in /health):
-- gpu: `nvidia-smi -q -x` (parsed by the collection's _gpu.py, installed beside this program):
+- gpu: `nvidia-smi -q -x` (parsed by _gpu, the collection's module_utils/_gpu.py):
   the GPU count against expected_count (else against the NVIDIA GPUs on the PCI bus, from
   sysfs), volatile uncorrectable ECC errors (any is bad: NVIDIA's Xid catalogue,
   https://docs.nvidia.com/deploy/xid-errors/, asks for a GPU reset after one), and new kernel
@@ -41,9 +42,6 @@ is I/O.
 
 import argparse
 import http.client
-import importlib.machinery
-import importlib.util
-import ipaddress
 import json
 import os
 import re
@@ -60,29 +58,17 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# _health_agent_config: agent.json's keys, defaults, limits and check, the collection's module_utils
+# file whose limits the health_agent role's rules use too.
+from gpufleet_agents import __version__, _gpu
+from gpufleet_agents._health_agent_config import CHECKS, normalize_config
+
 try:
     import prometheus_client
 except ImportError:  # reported by main(); the pure functions work without it
     prometheus_client = None
 
 NAME = "gpufleet-health-agent"
-CHECKS = ("gpu", "engine", "journal", "ping")
-# Where the role installs _gpu.py (plugins/module_utils/_gpu.py of the collection).
-LIB_DIR = "/usr/local/lib/gpufleet/health_agent"
-# Xids after which NVIDIA's catalogue (https://docs.nvidia.com/deploy/xid-errors/) asks for a
-# GPU reset, a node reboot or a hardware check: double-bit/uncontained/unrecovered ECC (48, 94,
-# 95, 140), row remapping (63, 64), high single-bit ECC rate (92), micro-controller halt (62),
-# NVLink (74), fallen off the bus (79), GSP errors and timeouts (119, 120).
-FATAL_XIDS = [48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140]
-NCCL_PATTERNS = [
-    "NCCL WARN",
-    "ncclSystemError",
-    "ncclInternalError",
-    "ncclUnhandledCudaError",
-    "ncclRemoteError",
-    "unhandled system error",
-    "NCCL error",
-]
 # The NVIDIA driver's kernel message: "NVRM: Xid (PCI:0000:61:00): 79, pid=1234, name=python3,
 # GPU has fallen off the bus." (https://docs.nvidia.com/deploy/xid-errors/). Old drivers omit "PCI:".
 # On a GPU in MIG mode the driver names the instance inside the parentheses: "(PCI:0000:01:00
@@ -96,59 +82,6 @@ PCI_DISPLAY_CLASS = 0x03  # VGA (0x0300) and 3D (0x0302) controllers
 SMI_TIMEOUT = 20.0  # nvidia-smi hangs on a wedged GPU; that is a bad result, not a stuck agent
 JOURNAL_TIMEOUT = 30.0
 REASON_LIMIT = 300
-PEER_NAME = re.compile(r"^[A-Za-z0-9._-]+\Z")
-
-CHECK_DEFAULTS = {
-    "gpu": {
-        "enabled": True,
-        "reason_disabled": "",
-        "expected_count": None,
-        "nvidia_smi": "/usr/bin/nvidia-smi",
-        "sysfs_root": "/sys",
-        "fatal_xids": FATAL_XIDS,
-        "interval": 30,
-        "fall": 1,
-        "rise": 2,
-    },
-    "engine": {
-        "enabled": True,
-        "reason_disabled": "",
-        "url": "",
-        "model": "",
-        "api_key_file": "",
-        "interval": 2,
-        "timeout": 5,
-        "fall": 2,
-        "rise": 2,
-        "deep_every": 1,
-    },
-    "journal": {
-        "enabled": True,
-        "reason_disabled": "",
-        "unit": "",
-        "patterns": NCCL_PATTERNS,
-        "interval": 5,
-        "fall": 1,
-        "rise": 12,
-    },
-    "ping": {
-        "enabled": True,
-        "reason_disabled": "",
-        "source_address": "",
-        "peers": [],
-        "interval_ms": 100,
-        "timeout_ms": 100,
-        "loss_threshold": 5,
-        "rise": 10,
-    },
-}
-TOP_DEFAULTS = {
-    "listen_address": "127.0.0.1",
-    "port": 9105,
-    "replica": "",
-    "rank": 0,
-    "journalctl": "/usr/bin/journalctl",
-}
 
 
 # Policy: hysteresis and verdicts -----------------------------------------------------------
@@ -433,19 +366,6 @@ class Pinger:
 # I/O: nvidia-smi, sysfs, journal, engine -----------------------------------------------------
 
 
-def load_gpu_parser(directories):
-    """The collection's _gpu module from the first directory that holds _gpu.py."""
-    for directory in directories:
-        path = os.path.join(directory, "_gpu.py")
-        if os.path.isfile(path):
-            loader = importlib.machinery.SourceFileLoader("gpufleet_health_agent_gpu", path)
-            spec = importlib.util.spec_from_loader(loader.name, loader)
-            module = importlib.util.module_from_spec(spec)
-            loader.exec_module(module)
-            return module
-    raise SystemExit(f"{NAME}: _gpu.py not found in {', '.join(directories)}; reinstall with the health_agent role")
-
-
 def count_pci_gpus(sysfs_root):
     """NVIDIA VGA/3D controllers under <sysfs_root>/bus/pci/devices; None when sysfs is unreadable."""
     base = os.path.join(sysfs_root, "bus", "pci", "devices")
@@ -593,6 +513,8 @@ class Metrics:
     def __init__(self):
         registry = self.registry = prometheus_client.CollectorRegistry()
         gauge, counter = prometheus_client.Gauge, prometheus_client.Counter
+        info = gauge("gpufleet_health_agent_info", "The running agent: 1, labelled", ["version"], registry=registry)
+        info.labels(version=__version__).set(1)
         self.healthy = gauge("gpufleet_health_healthy", "1 when no enabled check is failing", registry=registry)
         self.check_ok = gauge(
             "gpufleet_health_check_ok", "1 ok, 0 failing (enabled checks only)", ["check"], registry=registry
@@ -630,7 +552,7 @@ class Metrics:
 
 
 class Agent:
-    def __init__(self, config, stream=None, clock=time.time, once=False, gpu_parser=None):
+    def __init__(self, config, stream=None, clock=time.time, once=False, gpu_parser=_gpu):
         self.config = config
         self.stream = stream or sys.stdout
         self.clock = clock
@@ -905,159 +827,6 @@ def serve(agent, address, port):
 # Configuration -----------------------------------------------------------------------------
 
 
-def normalize_config(raw):
-    """(config with defaults, problems): problems lists what is wrong, one line each."""
-    if not isinstance(raw, dict):
-        return None, [f"expected a JSON object, found {type(raw).__name__}"]
-    config = dict(TOP_DEFAULTS)
-    config.update({key: value for key, value in raw.items() if key != "checks"})
-    checks = raw.get("checks", {})
-    problems = []
-    if not isinstance(checks, dict):
-        problems.append(f"'checks' must be an object, found {checks!r}")
-        checks = {}
-    config["checks"] = {}
-    for name in CHECKS:
-        section = checks.get(name)
-        merged = dict(CHECK_DEFAULTS[name])
-        if section is None:
-            merged.update(enabled=False, reason_disabled="not configured")
-        elif isinstance(section, dict):
-            merged.update(section)
-        else:
-            problems.append(f"checks.{name} must be an object, found {section!r}")
-        config["checks"][name] = merged
-    problems.extend(_config_problems(config))
-    return config, problems
-
-
-def _is_int(value, minimum=None, maximum=None):
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    return ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-
-
-def _is_seconds(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _is_ipv4(value):
-    try:
-        ipaddress.IPv4Address(value)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
-def _config_problems(config):
-    yield from _top_problems(config)
-    for name in CHECKS:
-        yield from _common_problems(name, config["checks"][name])
-    yield from _gpu_problems(config["checks"]["gpu"])
-    yield from _engine_problems(config["checks"]["engine"])
-    yield from _journal_problems(config["checks"]["journal"])
-    yield from _ping_problems(config["checks"]["ping"])
-
-
-def _top_problems(config):
-    if not isinstance(config.get("node"), str) or not config["node"]:
-        yield f"'node' must be a non-empty string, found {config.get('node')!r}"
-    if not isinstance(config["replica"], str):
-        yield f"'replica' must be a string, found {config['replica']!r}"
-    if not _is_int(config["rank"], 0):
-        yield f"'rank' must be an integer >= 0, found {config['rank']!r}"
-    if not isinstance(config["listen_address"], str) or not config["listen_address"]:
-        yield f"'listen_address' must be an address, found {config['listen_address']!r}"
-    if not _is_int(config["port"], 0, 65535):
-        yield f"'port' must be an integer 0..65535 (0: any free port), found {config['port']!r}"
-    if not isinstance(config["journalctl"], str) or not config["journalctl"].startswith("/"):
-        yield f"'journalctl' must be an absolute path, found {config['journalctl']!r}"
-
-
-def _common_problems(name, check):
-    if not isinstance(check["enabled"], bool):
-        yield f"checks.{name}.enabled must be true or false, found {check['enabled']!r}"
-    if not isinstance(check["reason_disabled"], str):
-        yield f"checks.{name}.reason_disabled must be a string, found {check['reason_disabled']!r}"
-    for key in ("interval", "timeout"):
-        if key in check and not _is_seconds(check[key]):
-            yield f"checks.{name}.{key} must be a number of seconds > 0, found {check[key]!r}"
-    for key in ("fall", "rise", "loss_threshold"):
-        if key in check and not _is_int(check[key], 1):
-            yield f"checks.{name}.{key} must be an integer >= 1, found {check[key]!r}"
-
-
-def _gpu_problems(gpu):
-    if gpu["expected_count"] is not None and not _is_int(gpu["expected_count"], 0):
-        yield f"checks.gpu.expected_count must be null or an integer >= 0, found {gpu['expected_count']!r}"
-    if not isinstance(gpu["fatal_xids"], list) or not all(_is_int(xid, 1) for xid in gpu["fatal_xids"]):
-        yield f"checks.gpu.fatal_xids must be a list of Xid numbers, found {gpu['fatal_xids']!r}"
-    for key in ("nvidia_smi", "sysfs_root"):
-        if not isinstance(gpu[key], str) or not gpu[key].startswith("/"):
-            yield f"checks.gpu.{key} must be an absolute path, found {gpu[key]!r}"
-
-
-def _engine_problems(engine):
-    url = engine["url"]
-    if engine["enabled"] and not (isinstance(url, str) and re.match(r"^https?://[^/\s]+/?$", url)):
-        yield f"checks.engine.url must be the engine's base URL (http://HOST:PORT), found {url!r}"
-    for key in ("model", "api_key_file"):
-        if not isinstance(engine[key], str):
-            yield f"checks.engine.{key} must be a string, found {engine[key]!r}"
-    if not _is_int(engine["deep_every"], 1):
-        found = engine["deep_every"]
-        yield f"checks.engine.deep_every must be an integer >= 1 (1: every probe is a completion), found {found!r}"
-
-
-def _journal_problems(journal):
-    if journal["enabled"] and (not isinstance(journal["unit"], str) or not journal["unit"]):
-        yield f"checks.journal.unit must name the serving unit, found {journal['unit']!r}"
-    patterns = journal["patterns"]
-    if not isinstance(patterns, list) or not patterns or not all(isinstance(item, str) for item in patterns):
-        yield f"checks.journal.patterns must be a non-empty list of regular expressions, found {patterns!r}"
-        return
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            yield f"checks.journal.patterns: {pattern!r} is not a regular expression: {exc}"
-
-
-def _ping_problems(ping):
-    if ping["source_address"] and not _is_ipv4(ping["source_address"]):
-        yield f"checks.ping.source_address must be an IPv4 address or empty, found {ping['source_address']!r}"
-    if not _is_int(ping["interval_ms"], 10):
-        yield f"checks.ping.interval_ms must be an integer >= 10, found {ping['interval_ms']!r}"
-    elif not _is_int(ping["timeout_ms"], 1, ping["interval_ms"]):
-        # At most one probe per peer in flight, so that outcomes come in order and "consecutive" holds.
-        limit = ping["interval_ms"]
-        yield f"checks.ping.timeout_ms must be an integer 1..interval_ms ({limit}), found {ping['timeout_ms']!r}"
-    peers = ping["peers"]
-    shape = (
-        all(
-            isinstance(peer, dict)
-            and isinstance(peer.get("name"), str)
-            and peer["name"]
-            and _is_ipv4(peer.get("address"))
-            and isinstance(peer.get("same_replica", False), bool)
-            for peer in peers
-        )
-        if isinstance(peers, list)
-        else False
-    )
-    if not shape:
-        yield f'checks.ping.peers must be a list of {{"name", "address" (IPv4), "same_replica": bool}}, found {peers!r}'
-        return
-    names = [peer["name"] for peer in peers]
-    # A peer's name goes into the journal's lines and the metrics' peer label: one line, no spaces.
-    bad = [name for name in names if not PEER_NAME.match(name)]
-    if bad:
-        yield f"checks.ping.peers names may hold letters, digits and ._- only, found {', '.join(map(repr, bad))}"
-    if len(set(names)) != len(names):
-        yield f"checks.ping.peers names each peer once, found {', '.join(names)}"
-    for peer in peers:
-        peer.setdefault("same_replica", False)
-
-
 def load_config(path):
     try:
         with open(path) as handle:
@@ -1071,16 +840,11 @@ def load_config(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--config", required=True, help="agent.json of this node")
     parser.add_argument(
         "--once", action="store_true", help="run every check once, print /health's JSON, exit 1 if unhealthy"
-    )
-    parser.add_argument(
-        "--lib-dir",
-        action="append",
-        default=None,
-        help=f"directory holding _gpu.py (default {LIB_DIR}, then beside this file)",
     )
     parser.add_argument("--check-config", action="store_true", help="validate the config and exit (ansible's validate)")
     args = parser.parse_args(argv)
@@ -1090,10 +854,7 @@ def main(argv=None):
     if prometheus_client is None:
         raise SystemExit(f"{NAME}: the Python module prometheus_client is missing: install python3-prometheus-client")
     config = load_config(args.config)
-    parser_module = None
-    if config["checks"]["gpu"]["enabled"]:
-        parser_module = load_gpu_parser(args.lib_dir or [LIB_DIR, os.path.dirname(os.path.abspath(__file__))])
-    agent = Agent(config, sys.stderr if args.once else sys.stdout, once=args.once, gpu_parser=parser_module)
+    agent = Agent(config, sys.stderr if args.once else sys.stdout, once=args.once, gpu_parser=_gpu)
     stop = threading.Event()
     ping = config["checks"]["ping"]
     if args.once:

@@ -1,6 +1,7 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for roles/vllm/files/gpufleet-vllm-guard: its decision table, a simulated replica, and the daemon."""
+"""Unit tests for gpufleet_agents.vllm_guard (gpufleet-vllm-guard): its decision table, a simulated
+replica, and the daemon."""
 
 import copy
 import functools
@@ -18,12 +19,9 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
+from conftest import program
+from gpufleet_agents import vllm_guard as guard
 
-SCRIPT = role_script("vllm", "gpufleet-vllm-guard")
-
-
-guard = load_role_script("vllm", "gpufleet-vllm-guard")
 decide = guard.decide
 
 DEADLINE = 600.0
@@ -762,6 +760,7 @@ def test_state_is_served_over_http(tmp_path, systemctl, leader_peer):
                 "since": 1717171717000000,
                 "ready": None,
                 "joined": "lead1",
+                "version": guard.__version__,
             },
         )
         assert get(base + "/")[0] == 404
@@ -796,7 +795,7 @@ def test_old_systemd_without_timestamp_option(tmp_path, systemctl, leader_peer):
 def test_once_prints_the_decision_and_acts_on_nothing(tmp_path, systemctl, leader_peer):
     config = write_config(tmp_path, peers=[(0, leader_peer.port)])
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", str(config), "--systemctl", str(systemctl.path), "--once"],
+        [*program("vllm_guard"), "--config", str(config), "--systemctl", str(systemctl.path), "--once"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -822,7 +821,7 @@ def test_once_for_a_leader_past_its_deadline_says_restart(tmp_path, systemctl):
         start_deadline=1,
     )
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", str(config), "--systemctl", str(systemctl.path), "--once"],
+        [*program("vllm_guard"), "--config", str(config), "--systemctl", str(systemctl.path), "--once"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -890,7 +889,7 @@ def test_daemon_restarts_once_when_the_leader_restarts_and_stops_cleanly_on_sigt
     port = free_port()
     config = write_config(tmp_path, peers=[(0, leader_peer.port)], port=port)
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--config", str(config), "--systemctl", str(systemctl.path)],
+        [*program("vllm_guard"), "--config", str(config), "--systemctl", str(systemctl.path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -1002,7 +1001,7 @@ def test_invalid_config_fails_with_one_line(tmp_path, change, message):
     config.update(change)
     path.write_text(json.dumps(config))
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", str(path), "--once"],
+        [*program("vllm_guard"), "--config", str(path), "--once"],
         capture_output=True,
         text=True,
         timeout=30,

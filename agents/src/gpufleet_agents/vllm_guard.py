@@ -1,4 +1,5 @@
-# Managed by gpufleet.inference (vllm role).
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Restart every node of a multi-host vLLM replica when any one of its nodes restarts.
 
 Why: a replica split over N hosts (mp backend: rank 0 runs `vllm serve` with the API, ranks > 0
@@ -46,6 +47,8 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gpufleet_agents import __version__
 
 NAME = "gpufleet-vllm-guard"
 PROPERTIES = "InvocationID,ActiveState,SubState,ActiveEnterTimestampMonotonic,ActiveEnterTimestamp"
@@ -412,7 +415,8 @@ class Handler(BaseHTTPRequestHandler):
         if urllib.parse.urlsplit(self.path).path != "/state":
             self._send(404, {"error": "not found"})
             return
-        self._send(200, self.guard.state())
+        # The guard's own version rides along; peers read only the keys they know.
+        self._send(200, dict(self.guard.state(), version=__version__))
 
     def do_HEAD(self):
         self._send(404, None)
@@ -500,7 +504,8 @@ def _is_endpoint(value):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--config", required=True, help="guard.json of this node")
     parser.add_argument("--systemctl", default="/usr/bin/systemctl")
     parser.add_argument("--once", action="store_true", help="poll once, print the decision as JSON, act on nothing")

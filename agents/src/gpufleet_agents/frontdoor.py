@@ -1,4 +1,5 @@
-# Managed by gpufleet.inference (frontdoor role).
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Drain, undrain and restart the inference replicas behind the front door's HAProxy.
 
 One program, so that the controller, the planned restart and the operator's CLI share one HAProxy
@@ -39,14 +40,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# The role copies the collection's module_utils/_vllm_metrics.py and _frontdoor.py (the rules of
-# the controller and restart settings, which the role's preflight checks too) beside the program's library.
-LIB_DIR = "/usr/local/lib/gpufleet/frontdoor"
-for _path in (LIB_DIR, os.path.dirname(os.path.abspath(__file__))):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-import _frontdoor  # noqa: E402
-import _vllm_metrics  # noqa: E402
+# _frontdoor holds the controller's and the planned restart's settings rules, which the role's
+# preflight checks with the same code; _vllm_metrics reads vLLM's /metrics.
+from gpufleet_agents import __version__, _frontdoor, _vllm_metrics
 
 NAME = "gpufleet-frontdoor"
 DEFAULT_CONFIG = "/etc/gpufleet/frontdoor/frontdoor.json"
@@ -244,7 +240,7 @@ def _action(replica, action, reason):
 # `show stat`) and 9.3 (`show servers state`, `set server`), checked against the v2.6.0 sources
 # (src/stats.c stats_fill_sv_stats, src/proxy.c dump_servers_state, include/haproxy/server-t.h):
 # https://github.com/haproxy/haproxy/blob/v2.6.0/doc/management.txt
-# and against what Debian 12's 2.6.12 answers (tests/unit/roles/fixtures/frontdoor). 2.6.12 has
+# and against what Debian 12's 2.6.12 answers (agents/tests/fixtures/frontdoor). 2.6.12 has
 # more static CSV fields than 2.6.0, and stats modules add columns after the "-" one: columns are
 # read by their header names, never by position.
 #
@@ -641,6 +637,7 @@ class Metrics:
         def gauge(name, doc, labels=()):
             return prometheus_client.Gauge(f"gpufleet_frontdoor_{name}", doc, list(labels), registry=registry)
 
+        gauge("info", "The running controller: 1, labelled", ["version"]).labels(version=__version__).set(1)
         self.haproxy_up = gauge("haproxy_up", "1 when the HAProxy runtime API answered the last poll")
         self.serving = gauge("replica_serving", "HAProxy admin state ready and the server up", ["replica"])
         self.healthy = gauge("replica_healthy", "Every node's health agent says healthy", ["replica"])
@@ -1243,6 +1240,7 @@ def _replica_problems(replica):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog=NAME, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"frontdoor.json (default {DEFAULT_CONFIG})")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="every replica's HAProxy state, agents, owner and restarts")

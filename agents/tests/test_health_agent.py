@@ -1,6 +1,6 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for roles/health_agent/files/gpufleet-health-agent: policy tables, parsers, ICMP, the daemon."""
+"""Unit tests for gpufleet_agents.health_agent (gpufleet-health-agent): policy tables, parsers, ICMP, the daemon."""
 
 import copy
 import io
@@ -20,19 +20,16 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from ansible_collections.gpufleet.inference.tests.unit.roles.role_scripts import load_role_script, role_script
+from conftest import program
+from gpufleet_agents import _gpu
+from gpufleet_agents import _health_agent_config as agent_config
+from gpufleet_agents import health_agent as agent
 
-ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = role_script("health_agent", "gpufleet-health-agent")
-MODULE_UTILS = ROOT / "plugins" / "module_utils"
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures" / "health_agent"
+# nvidia-smi captures of the collection's own tests: _gpu is the collection's module_utils/_gpu.py.
 SMI = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia-smi"
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-agent = load_role_script("health_agent", "gpufleet-health-agent")
-# The collection's parser, loaded from plugins/module_utils the way the agent loads its installed copy.
-_gpu = agent.load_gpu_parser([str(MODULE_UTILS)])
 
 
 def raw_icmp_allowed():
@@ -411,7 +408,7 @@ def test_journal_lookback_reads_the_last_seconds():
 
 
 def test_journal_verdict():
-    patterns = [re.compile(pattern) for pattern in agent.NCCL_PATTERNS]
+    patterns = [re.compile(pattern) for pattern in agent_config.NCCL_PATTERNS]
     good, reason, matching = agent.journal_verdict(["INFO loaded", "INFO ready"], patterns, "u.service")
     assert (good, reason, matching) == (True, "no new NCCL failure lines in u.service (2 new lines)", [])
     lines = [
@@ -446,7 +443,8 @@ def smi_document(count=1, ecc=None, source="a100-sxm4-v12.xml"):
 
 def test_every_shared_nvidia_smi_capture_parses_for_the_agent():
     for path in sorted(SMI.glob("*.xml")):
-        good, _reason, ecc = agent.gpu_verdict(_gpu.parse_smi_xml(path.read_text()), 1, None, [], agent.FATAL_XIDS)
+        info = _gpu.parse_smi_xml(path.read_text())
+        good, _reason, ecc = agent.gpu_verdict(info, 1, None, [], agent_config.FATAL_XIDS)
         assert good and ecc == 0, path.name
 
 
@@ -482,7 +480,7 @@ def test_every_shared_nvidia_smi_capture_parses_for_the_agent():
 )
 def test_gpu_verdict_table(count, ecc, expected_count, pci, events, good, reason):
     info = _gpu.parse_smi_xml(smi_document(count, ecc))
-    assert agent.gpu_verdict(info, expected_count, pci, events, agent.FATAL_XIDS)[:2] == (good, reason)
+    assert agent.gpu_verdict(info, expected_count, pci, events, agent_config.FATAL_XIDS)[:2] == (good, reason)
 
 
 def test_count_pci_gpus(tmp_path):
@@ -672,21 +670,24 @@ def test_config_defaults():
         ({"node": ""}, "'node' must be a non-empty string, found ''"),
         ({"port": 70000}, "'port' must be an integer 0..65535 (0: any free port), found 70000"),
         ({"rank": -1}, "'rank' must be an integer >= 0, found -1"),
-        ({"checks": {"gpu": {"fall": 0}}}, "checks.gpu.fall must be an integer >= 1, found 0"),
-        ({"checks": {"gpu": {"interval": "30"}}}, "checks.gpu.interval must be a number of seconds > 0, found '30'"),
+        ({"checks": {"gpu": {"fall": 0}}}, "checks.gpu.fall must be an integer 1..1000, found 0"),
+        (
+            {"checks": {"gpu": {"interval": "30"}}},
+            "checks.gpu.interval must be a number of seconds > 0 and <= 3600, found '30'",
+        ),
         (
             {"checks": {"gpu": {"expected_count": "8"}}},
-            "checks.gpu.expected_count must be null or an integer >= 0, found '8'",
+            "checks.gpu.expected_count must be null or an integer 1..64, found '8'",
         ),
         ({"checks": {"engine": {"url": "127.0.0.1:8000"}}}, "checks.engine.url must be the engine's base URL"),
         (
             {"checks": {"engine": {"url": "http://h:1", "deep_every": 0}}},
-            "checks.engine.deep_every must be an integer >= 1",
+            "checks.engine.deep_every must be an integer 1..1000",
         ),
         ({"checks": {"journal": {"unit": ""}}}, "checks.journal.unit must name the serving unit, found ''"),
         ({"checks": {"journal": {"unit": "u", "patterns": ["("]}}}, "checks.journal.patterns: '(' is not a regular"),
         ({"checks": {"ping": {"timeout_ms": 150}}}, "checks.ping.timeout_ms must be an integer 1..interval_ms (100)"),
-        ({"checks": {"ping": {"interval_ms": 5}}}, "checks.ping.interval_ms must be an integer >= 10, found 5"),
+        ({"checks": {"ping": {"interval_ms": 5}}}, "checks.ping.interval_ms must be an integer 10..60000, found 5"),
         ({"checks": {"ping": {"source_address": "fabric0"}}}, "checks.ping.source_address must be an IPv4 address"),
         ({"checks": {"ping": {"peers": [{"name": "p", "address": "h1"}]}}}, "checks.ping.peers must be a list of"),
         (
@@ -697,7 +698,7 @@ def test_config_defaults():
             },
             "checks.ping.peers names each peer once, found p, p",
         ),
-        ({"checks": {"ping": {"loss_threshold": 0}}}, "checks.ping.loss_threshold must be an integer >= 1, found 0"),
+        ({"checks": {"ping": {"loss_threshold": 0}}}, "checks.ping.loss_threshold must be an integer 1..1000, found 0"),
         # The role's rule for health_agent_ping_peers[].name: a newline would start a line of its own
         # in the agent's journal ("fabric peer ... is lost").
         (
@@ -709,6 +710,13 @@ def test_config_defaults():
             "checks.ping.peers names may hold letters, digits and ._- only, found 'node 2'",
         ),
         ({"checks": []}, "'checks' must be an object, found []"),
+        # The role's limits (module_utils/_health_agent_config.py), so the agent takes no value the
+        # role would refuse.
+        ({"checks": {"gpu": {"rise": 1001}}}, "checks.gpu.rise must be an integer 1..1000, found 1001"),
+        ({"checks": {"engine": {"url": "http://h:1", "timeout": 3601}}}, "checks.engine.timeout must be a number"),
+        ({"checks": {"gpu": {"expected_count": 0}}}, "checks.gpu.expected_count must be null or an integer 1..64"),
+        ({"checks": {"gpu": {"expected_count": 65}}}, "checks.gpu.expected_count must be null or an integer 1..64"),
+        ({"checks": {"ping": {"interval_ms": 60001}}}, "checks.ping.interval_ms must be an integer 10..60000"),
     ],
 )
 def test_config_problems(change, problem):
@@ -721,7 +729,7 @@ def test_config_problems(change, problem):
 def test_load_config_names_the_file_and_the_problem(tmp_path):
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(base_config(ping={"interval_ms": 5})))
-    with pytest.raises(SystemExit, match=r"agent.json: checks.ping.interval_ms must be an integer >= 10"):
+    with pytest.raises(SystemExit, match=r"agent.json: checks.ping.interval_ms must be an integer 10\.\.60000"):
         agent.load_config(str(path))
     path.write_text("{")
     with pytest.raises(SystemExit, match=r"cannot read config .*agent.json"):
@@ -868,19 +876,13 @@ def test_gpu_check_runs_nvidia_smi_and_counts_xids(tmp_path):
     assert 'gpufleet_health_xid_events_total{xid="13"} 1.0' in lines
     assert "gpufleet_health_gpu_count 2.0" in lines
     assert "gpufleet_health_gpu_ecc_uncorrectable_volatile_total 0.0" in lines
+    assert f'gpufleet_health_agent_info{{version="{agent.__version__}"}} 1.0' in lines
     broken = fake_program(
         tmp_path / "broken-smi", "import sys\nprint('Unable to determine the device handle')\nsys.exit(15)\n"
     )
     instance.config["checks"]["gpu"]["nvidia_smi"] = broken
     instance.run_check("gpu")
     assert instance.checks["gpu"]["last_bad"] == f"{broken} -q -x failed (rc 15): Unable to determine the device handle"
-
-
-def test_gpu_parser_is_loaded_from_the_library_directory():
-    module = agent.load_gpu_parser(["/nonexistent", str(MODULE_UTILS)])
-    assert module.parse_smi_xml(smi_document(1))["gpus"][0]["pci_bus_id"] == "0000:18:00.0"
-    with pytest.raises(SystemExit, match=r"_gpu\.py not found in /nonexistent"):
-        agent.load_gpu_parser(["/nonexistent"])
 
 
 # The program --------------------------------------------------------------------------------
@@ -948,7 +950,7 @@ def test_daemon_serves_health_and_metrics_and_stops_on_sigterm(engine, tmp_path)
         ping = {}
     config = program_config(tmp_path, engine.url, **ping)
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--config", str(config)],
+        [*program("health_agent"), "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -1008,7 +1010,7 @@ def test_daemon_serves_health_and_metrics_and_stops_on_sigterm(engine, tmp_path)
 def test_once_prints_health_and_exits_by_the_verdict(engine, tmp_path):
     config = program_config(tmp_path, engine.url)
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", str(config), "--once"],
+        [*program("health_agent"), "--config", str(config), "--once"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -1028,7 +1030,7 @@ def test_once_prints_health_and_exits_by_the_verdict(engine, tmp_path):
     (tmp_path / "unit.jsonl").write_text(journal_line("u1", "ncclInternalError: internal error") + "\n")
     engine.status = 503
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", str(config), "--once"],
+        [*program("health_agent"), "--config", str(config), "--once"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -1044,7 +1046,7 @@ def test_program_refuses_a_bad_config_in_one_line(tmp_path):
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(base_config(ping={"timeout_ms": 500})))
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--config", str(path)], capture_output=True, text=True, timeout=30, check=False
+        [*program("health_agent"), "--config", str(path)], capture_output=True, text=True, timeout=30, check=False
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
@@ -1055,7 +1057,7 @@ def test_program_refuses_a_bad_config_in_one_line(tmp_path):
 def test_check_config_validates_without_running(tmp_path):
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(base_config()))
-    command = [sys.executable, str(SCRIPT), "--check-config", "--config", str(path)]
+    command = [*program("health_agent"), "--check-config", "--config", str(path)]
     assert subprocess.run(command, capture_output=True, text=True, timeout=30, check=False).returncode == 0
     path.write_text(json.dumps(base_config(engine={"url": "nowhere"})))
     proc = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)

@@ -1,0 +1,19 @@
+# Copyright: gpufleet.inference contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The package's tests run against its source tree (pyproject.toml: pythonpath = src, and here for a
+pytest started elsewhere, as scripts/stress_tests.py does); the programs they start as processes
+(`python -m gpufleet_agents.<program>`) find it the same way."""
+
+import os
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+
+
+def program(name):
+    """The argv that runs gpufleet_agents.<name> as the console script does."""
+    return [sys.executable, "-m", f"gpufleet_agents.{name}"]
