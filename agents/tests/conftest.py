@@ -5,7 +5,9 @@ pytest started elsewhere, as scripts/stress_tests.py does); the programs they st
 (`python -m gpufleet_agents.<program>`) find it the same way."""
 
 import os
+import socket
 import sys
+import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -17,3 +19,20 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), os.environ.ge
 def program(name):
     """The argv that runs gpufleet_agents.<name> as the console script does."""
     return [sys.executable, "-m", f"gpufleet_agents.{name}"]
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout=60):
+    """Whether predicate() came true; the bound only ends a hang, a slow machine never reaches it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

@@ -9,20 +9,18 @@ import json
 import os
 import shutil
 import signal
-import socket
 import socketserver
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import SRC, program
+from conftest import SRC, free_port, program, wait_for
 from gpufleet_agents import frontdoor as fd
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "frontdoor"
@@ -966,22 +964,6 @@ def ssh_calls(lab, timed=False):
 def read_state(lab, name):
     path = lab.state / name
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(predicate, timeout=60):
-    """Whether predicate() came true; the bound only ends a hang, a slow machine never reaches it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def watchdog(proc, seconds=120):

@@ -12,7 +12,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +19,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from conftest import program
+from conftest import program, wait_for
 from gpufleet_agents import _gpu
 from gpufleet_agents import _health_agent_config as agent_config
 from gpufleet_agents import health_agent as agent
@@ -928,16 +927,6 @@ def get(url):
             return response.status, response.headers.get("Content-Type"), response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get("Content-Type"), exc.read().decode()
-
-
-def wait_for(predicate, timeout=60):
-    """Whether predicate() came true; the bound only ends a hang, a slow machine never reaches it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 STARTING = agent.new_check_state(0)["reason"]

@@ -9,7 +9,6 @@ import io
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import program
+from conftest import free_port, program, wait_for
 from gpufleet_agents import vllm_guard as guard
 
 decide = guard.decide
@@ -710,12 +709,6 @@ def leader_peer(monkeypatch):
     fake.close()
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def write_config(tmp_path, rank=1, peers=(), port=0, **extra):
     config = {
         "replica": "r0",
@@ -873,16 +866,6 @@ def test_an_unreachable_peer_is_unknown():
     state, why = guard.fetch_peer({"rank": 0, "address": "127.0.0.1", "port": free_port()}, "r0")
     assert state is None
     assert "refused" in why.lower()
-
-
-def wait_for(predicate, timeout=60):
-    """Whether predicate() came true; the bound only ends a hang, a slow machine never reaches it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_daemon_restarts_once_when_the_leader_restarts_and_stops_cleanly_on_sigterm(tmp_path, systemctl, leader_peer):
