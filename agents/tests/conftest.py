@@ -1,8 +1,8 @@
 # Copyright: gpufleet.inference contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The package's tests run against its source tree (pyproject.toml: pythonpath = src, and here for a
-pytest started elsewhere, as scripts/stress_tests.py does); the programs they start as processes
-(`python -m gpufleet_agents.<program>`) find it the same way."""
+"""The package's tests run against its source tree: src/ goes on sys.path here, whichever folder
+pytest starts in (the agents stage, scripts/stress_tests.py), and on PYTHONPATH for the programs
+the tests start as processes (`python -m gpufleet_agents.<program>`)."""
 
 import os
 import socket

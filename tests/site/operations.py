@@ -442,13 +442,14 @@ def promtool_tests(lab: Lab) -> str:
 
 
 # The gpufleet-agents programs export the package's version as a label; every one the lab runs must
-# be the checkout's (agents/src/gpufleet_agents/__init__.py, equal to galaxy.yml's version).
+# be the checkout's: galaxy.yml's, which tests/packaging/test_agents_wheel.py holds equal to the package's.
 VERSION_SERIES = ("gpufleet_health_agent_info", "gpufleet_frontdoor_info")
 
 
 def checkout_version() -> str:
-    text = (ROOT / "agents" / "src" / "gpufleet_agents" / "__init__.py").read_text()
-    return text.split('__version__ = "', 1)[1].split('"', 1)[0]
+    import yaml
+
+    return yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
 
 
 def trial_monitoring(lab: Lab, _args) -> dict:

@@ -854,7 +854,7 @@ def main(argv=None):
     if prometheus_client is None:
         raise SystemExit(f"{NAME}: the Python module prometheus_client is missing: install python3-prometheus-client")
     config = load_config(args.config)
-    agent = Agent(config, sys.stderr if args.once else sys.stdout, once=args.once, gpu_parser=_gpu)
+    agent = Agent(config, sys.stderr if args.once else sys.stdout, once=args.once)
     stop = threading.Event()
     ping = config["checks"]["ping"]
     if args.once:
