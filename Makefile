@@ -42,6 +42,7 @@ demo: setup ## The flagship composition on a 4-host lab: plan, fabric, NCCL, a v
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/site.yml --diff
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/vllm_serving.yml --tags vllm_smoke
 	@test -f fabric-report/fabric-report.html && echo "acceptance report: $(CURDIR)/fabric-report/fabric-report.html"
+	@test -f serving-acceptance/serving-acceptance.html && echo "serving report: $(CURDIR)/serving-acceptance/serving-acceptance.html"
 
 llama-demo: setup ## A llama.cpp RPC cluster on a 3-host lab (coordinator and two RPC workers), with a benchmark
 	$(MAKE) lab LAB_HOSTS=3 LAB_SERVING=llama
@@ -72,6 +73,7 @@ bench: setup lab-image ## Performance benchmarks on the demo lab, each a ratio a
 	$(MAKE) lab LAB_HOSTS=$(DEMO_HOSTS) LAB_SERVING=vllm
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/site.yml --skip-tags gpufleet_validation
 	$(PY) benchmarks/vllm_pipeline.py
+	$(PY) benchmarks/serving_pipeline.py
 	$(PY) benchmarks/fabric.py engine
 	$(PY) benchmarks/fabric.py schedule
 	$(PY) benchmarks/site.py ssh

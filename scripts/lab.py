@@ -40,6 +40,19 @@ SSH_DIR = REPO / ".cache" / "lab-ssh"
 SSH_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 REPORT_DIR = REPO / "fabric-report"
+# The serving acceptance on the tiny model (docs/serving-acceptance.md): the chat preset scaled to
+# 64-token prompts and 32 generated tokens (the replicas admit 512), a few requests per point, and
+# targets that a healthy replica meets on a busy 2-core machine while a replica held to a sliver of
+# a core (the lab stage's slowed-replica trial) misses by far.
+SERVING_ACCEPTANCE = {
+    "serving_acceptance_prompt_tokens": 64,
+    "serving_acceptance_output_tokens": 32,
+    "serving_acceptance_requests_per_concurrency": 2,
+    "serving_acceptance_min_requests": 4,
+    "serving_acceptance_ttft_ms": 5000,
+    "serving_acceptance_tpot_ms": 1000,
+    "serving_acceptance_report_dir": str(REPO / "serving-acceptance"),
+}
 GROUP_VARS = LAB_DIR / "group_vars"
 TLS_DIR = REPO / ".cache" / "lab-tls"
 FRONTDOOR_PORT = 8443
@@ -684,10 +697,12 @@ def write_group_vars(manifest: dict, hosts: dict[str, dict], serving: str) -> No
         "frontdoor_port": FRONTDOOR_PORT,
         "frontdoor_tls_certificate": tls["certificate"],
         "frontdoor_tls_key": tls["key"],
+        **SERVING_ACCEPTANCE,
+        "serving_acceptance_ca_src": tls["ca"],
     }
     target.write_text(
-        "---\n# Written by scripts/lab.py up: TLS with the lab CA's certificate for the management address.\n"
-        + yaml_dump(settings)
+        "---\n# Written by scripts/lab.py up: TLS with the lab CA's certificate for the management address, and\n"
+        "# the serving acceptance scaled to the tiny model (the front door is the load host).\n" + yaml_dump(settings)
     )
 
 

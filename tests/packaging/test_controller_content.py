@@ -60,6 +60,7 @@ OPERATOR_PLAYBOOKS = {
     "playbooks/llama_rpc_cluster.yml",
     "playbooks/single_node_vllm.yml",
     "playbooks/validate_fabric.yml",
+    "playbooks/validate_serving.yml",
     "playbooks/gpu_stack.yml",
     "playbooks/frontdoor_drain.yml",
     "playbooks/frontdoor_undrain.yml",
@@ -858,7 +859,8 @@ def check_workflow_references(content):
 
 
 def check_workflow_shape(content):
-    """The flagship's workflow is preflight (check mode), then deploy, then validate, each on success."""
+    """The flagship's workflow is preflight (check mode), then deploy, then the fabric acceptance, then the
+    serving acceptance, each on success."""
     problems = []
     templates = {template["name"]: template for template in content.get("controller_templates", [])}
     workflows = content.get("controller_workflows", [])
@@ -866,7 +868,7 @@ def check_workflow_shape(content):
         return ["controller_workflows is empty"]
     for workflow in workflows:
         nodes = {node["identifier"]: node for node in workflow.get("workflow_nodes", [])}
-        chain = ["preflight", "deploy", "validate"]
+        chain = ["preflight", "deploy", "validate", "serving"]
         if list(nodes) != chain:
             problems.append(f"workflow {workflow['name']!r}: nodes {list(nodes)} are not {chain}")
             continue
@@ -886,9 +888,10 @@ def check_workflow_shape(content):
                 f"workflow {workflow['name']!r}: the deploy node must run the playbook the preflight checked"
             )
         # A node's set_stats artifacts become extra vars of every later node (docs/workflow.md of
-        # AWX). Only the validation layer (tag gpufleet_validation) sets stats: the nodes before
-        # the last must skip it.
-        for key in chain[:-1]:
+        # AWX). In the site run only the validation layer (tag gpufleet_validation) sets stats: the
+        # nodes that run the site must skip it. The acceptances' own keys (fabric_acceptance,
+        # serving_acceptance) are read by no role.
+        for key in ("preflight", "deploy"):
             skipped = f"{nodes[key].get('skip_tags', '')},{kinds[key].get('skip_tags', '')}"
             if "set_stats" in playbook_texts(kinds[key].get("playbook", "")) and "gpufleet_validation" not in skipped:
                 problems.append(

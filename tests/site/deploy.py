@@ -8,9 +8,11 @@ ansible-runner as AWX runs it (tests/site/_jobs.py), on inventories/lab/topology
 
 1. the workflow "flagship preflight, deploy, validate": the preflight (the site in check mode with
    diff, on hosts that have nothing yet), the deploy without the validation layer, then fabric
-   acceptance on every host, each node on the success of the one before, with the artifacts
-   handed down. Every node must pass; the preflight's and the deploy's set_stats must hold every
-   replica's capacity plan, and the acceptance's must say passed on every host;
+   acceptance on every host, then the serving acceptance (vllm bench serve from the front door
+   against every replica and through the front door), each node on the success of the one before,
+   with the artifacts handed down. Every node must pass; the preflight's and the deploy's
+   set_stats must hold every replica's capacity plan, the fabric acceptance's must say passed on
+   every host, and the serving acceptance's must say passed for every replica and the front door;
 2. "deploy single-node vLLM" on the one-node TP=2 replica's host alone, with an inventory of that
    host (as the template's own inventory is one server): a rerun that changes nothing;
 3. "deploy llama.cpp RPC cluster": a rerun on the cluster that changes nothing and hands over the
@@ -95,11 +97,17 @@ def main() -> int:
     acceptance_vars = {name: _jobs.one_value(hostvars, name) for name in LAB_ACCEPTANCE}
 
     flow = _jobs.workflow(WORKFLOW, hostvars, answers=answers, extra_vars=acceptance_vars, echo=True)
-    if list(flow.jobs) != ["preflight", "deploy", "validate"] or flow.status != "successful":
+    if list(flow.jobs) != ["preflight", "deploy", "validate", "serving"] or flow.status != "successful":
         failed = next((job for job in flow.jobs.values() if job.status != "successful"), None)
         fail(f"the workflow ran {list(flow.jobs)} and ended {flow.status}", failed)
     preflight, deploy, validate = flow.jobs["preflight"], flow.jobs["deploy"], flow.jobs["validate"]
-    for job, what in ((preflight, "the preflight"), (deploy, "the deploy"), (validate, "the validation")):
+    serving = flow.jobs["serving"]
+    for job, what in (
+        (preflight, "the preflight"),
+        (deploy, "the deploy"),
+        (validate, "the validation"),
+        (serving, "the serving acceptance"),
+    ):
         expect(job, what)
     for job, what in ((preflight, "preflight (check mode)"), (deploy, "deploy")):
         planned = sorted(job.stats.get("vllm_capacity_plans") or {})
@@ -108,6 +116,11 @@ def main() -> int:
     acceptance = validate.stats.get("fabric_acceptance") or {}
     if acceptance.get("passed") is not True or acceptance.get("summary", {}).get("hosts") != len(hostvars):
         fail(f"the workflow's fabric acceptance did not pass on every host: {acceptance}")
+    # Every vLLM replica, the llama.cpp coordinator and the front door, measured and passed.
+    measured = serving.stats.get("serving_acceptance") or {}
+    expected = sorted([*replicas, *groups["llama_coordinator"], "frontdoor"])
+    if measured.get("passed") is not True or sorted(measured.get("summary") or {}) != expected:
+        fail(f"the workflow's serving acceptance did not pass on {expected}: {measured}", serving)
 
     # The single-node template on the one-node replica's host alone: plan, host and serving layers.
     single_host = next(hosts[0] for name, hosts in groups.items() if name == "vllm_replica_tp")
@@ -144,6 +157,7 @@ def main() -> int:
         "deploy_s": deploy.wall_s,
         "deploy_changed": sum(deploy.changed.values()),
         "validate_s": validate.wall_s,
+        "serving_acceptance_s": serving.wall_s,
         "single_node_s": single.wall_s,
         "llama_s": llama.wall_s,
         "report_s": front.wall_s,
