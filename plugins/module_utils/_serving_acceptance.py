@@ -417,7 +417,7 @@ def targets(hostvars, groups, load_host, defaults=None, frontdoor=None, only=Non
                 "api_key_host": found[0]["api_key_host"],
                 "api_key_var": found[0]["api_key_var"],
                 "capacity": {"members": capacities} if all(capacities) else None,
-                "capacity_origin": "the sum of its replicas' capacity plans",
+                "capacity_origin": "the replicas' capacity plans, balanced by least connections",
                 "max_model_len": min(lens) if lens else None,
                 "max_model_len_origin": "the smallest max-model-len of its replicas",
             }
@@ -440,11 +440,16 @@ def _url_host(address):
 
 
 def frontdoor_limit(target, tokens):
-    """A front door holds what its replicas hold together."""
+    """What a front door holds without queueing at any replica: it balances by least connections
+    (HAProxy's leastconn, no per-server maxconn), which spreads requests evenly whatever each
+    replica holds, so the replica that holds the fewest fills first."""
     members = (target.get("capacity") or {}).get("members")
     if not members:
         return None
-    return sum(plan_concurrency(member, tokens) or 0 for member in members) or None
+    limits = [plan_concurrency(member, tokens) for member in members]
+    if not all(limits):
+        return None
+    return len(limits) * min(limits)
 
 
 def run_plan(settings, hostvars, groups, load_host, defaults=None, frontdoor=None):
@@ -458,7 +463,7 @@ def run_plan(settings, hostvars, groups, load_host, defaults=None, frontdoor=Non
     found = targets(hostvars, groups, load_host, defaults, frontdoor, only) if only else every
     for target in found:
         if target["kind"] == "frontdoor":
-            # The front door's limit is its replicas' sum, for the same request size.
+            # The front door's limit comes from its replicas', for the same request size.
             tokens = load["prompt_tokens"] + load["output_tokens"]
             limit = frontdoor_limit(target, tokens)
             target["capacity"] = {"max_num_seqs": limit} if limit else None

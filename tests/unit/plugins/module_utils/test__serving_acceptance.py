@@ -101,10 +101,11 @@ def test_the_chat_preset_sweeps_every_replica_up_to_its_plan():
     # llama.cpp: two slots of 256 tokens each.
     llama = run["targets"][2]
     assert llama["engine"] == "llama.cpp" and [p["concurrency"] for p in llama["points"]] == [1, 2]
-    # The front door holds what its replicas hold together: 8 + 8 + 2.
+    # The front door balances by least connections: three replicas, the smallest holding 2.
     front = run["targets"][3]
     assert front["url"] == "https://192.168.0.20:8443"
-    assert [p["concurrency"] for p in front["points"]] == [1, 2, 4, 8, 16, 18]
+    assert [p["concurrency"] for p in front["points"]] == [1, 2, 4, 6]
+    assert run["targets"][3]["plan_concurrency"] == 6
     assert run["load"]["slo"] == {
         "percentile": 99,
         "ttft_ms": 2000.0,
