@@ -35,7 +35,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args()
-    groups, _ = inventory("make demo")
+    groups = inventory("make demo")[0]
     if "vllm_replica_lab" not in groups or "vllm_replica_solo" not in groups:
         sys.exit("benchmark: the demo lab's replicas lab (PP=2) and solo (one node) are needed; run `make demo`")
     extra = {

@@ -302,7 +302,7 @@ def points(load, target):
             chosen = []
         else:
             chosen = [(value, None) for value in sweep(limit)]
-    for value in [c for c, _ in chosen if c is not None] + ([cap] if cap else []):
+    for value in [pair[0] for pair in chosen if pair[0] is not None] + ([cap] if cap else []):
         if limit is not None and value > limit:
             problems.append(
                 "%sconcurrency=%d is over the %d concurrent requests %s holds with %d-token requests (%s); send at "

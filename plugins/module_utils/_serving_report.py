@@ -331,7 +331,7 @@ def _chart_specs(document, key):
     """(id, title, (x title, x of a point), (y title, y of a point, SLO limit)) for each chart."""
     slo = document.get("slo") or {}
     field, load_title, _column = _load(document)
-    load, by = (load_title, _field(field)), load_title.split(" (")[0]
+    load, by = (load_title, _field(field)), load_title.split(" (", maxsplit=1)[0]
     ttft = ("TTFT %s (ms)" % key, lambda point: _stat(point, "ttft_ms", key), _number(slo.get("ttft_ms")))
     tpot = ("TPOT %s (ms)" % key, lambda point: _stat(point, "tpot_ms", key), _number(slo.get("tpot_ms")))
     tok_s = ("output throughput (tok/s)", _field("output_throughput"), None)
@@ -474,7 +474,7 @@ def _columns(document, key):
         ("completed", "Completed"),
         ("failed", "Failed"),
     ]
-    columns += [(metric, "%s %s ms" % (metric.split("_")[0].upper(), key)) for metric in METRICS]
+    columns += [(metric, "%s %s ms" % (metric.split("_", maxsplit=1)[0].upper(), key)) for metric in METRICS]
     return [*columns, ("output_throughput", "Output tok/s"), ("goodput_rps", "Goodput req/s")]
 
 

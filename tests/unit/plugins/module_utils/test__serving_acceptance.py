@@ -76,9 +76,9 @@ def settings(**values):
     return out
 
 
-def plan(frontdoor=FRONTDOOR, llama=True, **values):
+def plan(front=True, llama=True, **values):
     hostvars, groups = lab(llama)
-    return sa.run_plan(settings(**values), hostvars, groups, "lab-w9", DEFAULTS, frontdoor)
+    return sa.run_plan(settings(**values), hostvars, groups, "lab-w9", DEFAULTS, dict(FRONTDOOR) if front else None)
 
 
 def problems(**values):
@@ -144,7 +144,7 @@ def test_rate_mode_sends_at_each_rate_capped_by_the_plan():
 
 
 def test_long_context_doubles_the_prompt_up_to_what_the_replica_admits():
-    run = plan(profile="long_context", prompt_tokens=64, output_tokens=16, frontdoor=None, llama=False)
+    run = plan(profile="long_context", prompt_tokens=64, output_tokens=16, front=False, llama=False)
     pp = run["targets"][0]
     assert [(p["prompt_tokens"], p["concurrency"]) for p in pp["points"]] == [(64, 1), (128, 1), (256, 1), (496, 1)]
     assert pp["points"][-1]["name"] == "p496-c1"
@@ -186,7 +186,7 @@ def test_an_unknown_preset_is_refused_with_the_presets():
 
 
 def test_a_prompt_that_does_not_fit_is_refused_naming_the_replica_and_the_fix():
-    found = problems(prompt_tokens=512, output_tokens=1024, concurrency=[1], frontdoor=None, llama=False)
+    found = problems(prompt_tokens=512, output_tokens=1024, concurrency=[1], front=False, llama=False)
     assert len(found) == 2
     assert "serving_acceptance_prompt_tokens (512) + serving_acceptance_output_tokens (1024) = 1536" in found[0]
     assert "replica pp's max-model-len 512" in found[0]
@@ -194,13 +194,13 @@ def test_a_prompt_that_does_not_fit_is_refused_naming_the_replica_and_the_fix():
 
 
 def test_a_concurrency_over_the_plan_is_refused():
-    found = problems(prompt_tokens=64, output_tokens=32, concurrency=[1, 100], frontdoor=None, llama=False)
+    found = problems(prompt_tokens=64, output_tokens=32, concurrency=[1, 100], front=False, llama=False)
     assert "serving_acceptance_concurrency=100 is over the 8 concurrent requests replica pp holds" in found[0]
     assert "send at most 8" in found[0]
 
 
 def test_the_throughput_preset_does_not_fit_the_lab():
-    found = problems(profile="throughput", frontdoor=None, llama=False)
+    found = problems(profile="throughput", front=False, llama=False)
     assert any("max-model-len 512" in line for line in found)
 
 
