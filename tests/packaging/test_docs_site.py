@@ -195,3 +195,55 @@ def test_docs_venv_uses_the_controller_ansible_core_pin():
         return [line.strip() for line in path.read_text().splitlines() if line.startswith("ansible-core==")]
 
     assert pin(REPO / "requirements-docs.txt") == pin(REPO / "requirements.txt") != []
+
+
+def test_the_serving_report_renders_offline(tmp_path):
+    """The serving acceptance's HTML report (docs/serving-acceptance.md) loads in the same headless
+    Chromium with no network: only its own file, every chart an SVG, the verdict shown."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.gpufleet.inference.plugins.module_utils import (
+        _serving_acceptance,
+        _serving_report,
+    )
+
+    capacity = {"max_num_seqs": 4, "num_blocks": 1024, "block_size": 16, "max_model_len": 512}
+    hostvars = {
+        "head": {"vllm_replica": "pp", "vllm_node_rank": 0, "vllm_api_host": "10.0.0.1", "vllm_capacity": capacity},
+        "tail": {"vllm_replica": "pp", "vllm_node_rank": 1},
+        "solo": {"vllm_replica": "tp", "vllm_node_rank": 0, "vllm_api_host": "10.0.0.3", "vllm_capacity": capacity},
+        "front": {},
+    }
+    groups = {"vllm_nodes": ["head", "tail", "solo"]}
+    frontdoor = {"host": "front", "address": "10.0.0.9", "port": 8443, "tls": True}
+    settings = {"serving_acceptance_prompt_tokens": 64, "serving_acceptance_output_tokens": 32}
+    run = _serving_acceptance.run_plan(settings, hostvars, groups, "front", {"vllm_api_port": 8000}, frontdoor)
+    measurements = []
+    for target in run["targets"]:
+        for point in target["points"]:
+            slow = 40.0 if target["name"] == "tp" else 1.0
+            figures = {"num_prompts": point["num_prompts"], "completed": point["num_prompts"], "duration": 4.0}
+            figures.update({"request_throughput": 2.0, "output_throughput": 60.0 * point["concurrency"] / slow})
+            for metric, value in (("ttft", 80.0), ("tpot", 30.0), ("itl", 30.0), ("e2el", 1000.0)):
+                for key in ("mean", "median", "p50", "p90", "p99"):
+                    figures[f"{key}_{metric}_ms"] = value * slow * (1 + point["concurrency"] / 8)
+            measurements.append(
+                {
+                    "target": target["name"],
+                    "point": point["name"],
+                    "result": _serving_acceptance.parse_result(figures),
+                    "load_cpu_s": 2.0,
+                }
+            )
+    document = dict(_serving_acceptance.evaluate(run, measurements), title="Serving acceptance", generated_at="")
+    document.update(tool={"name": "vllm bench serve", "version": "0.32.0"}, load_host="front")
+    site = tmp_path / "report"
+    site.mkdir()
+    (site / "serving-acceptance.html").write_text(_serving_report.render_html(document))
+    out = tmp_path / "pages.json"
+    script("render", "--site", str(site), "--json", str(out))
+    page = json.loads(out.read_text())["serving-acceptance.html"]
+    assert page["error"] is None and page["failed"] == []
+    assert page["requests"] == [(site / "serving-acceptance.html").as_uri()]
+    assert page["title"] == "Serving acceptance"
+    assert not document["verdict"]["passed"]
+    assert any("FAILED" in heading for heading in page["h1"] + page["h2"]), page
