@@ -12,9 +12,10 @@
    (`systemctl set-property --runtime ... CPUQuota=`), and the job template "gpufleet serving
    acceptance" measures `pp` and `tp` in one run. The job must fail; its artifacts must say `tp`
    failed, naming the metric, and `pp` passed.
-3. Undoing the slowdown makes it pass: the quota is lifted and the template measures `tp` again.
-   This run also sets the load generator's CPU (the benchmark's own, from the report) beside the
-   replica's (its unit's CPU seconds over the run, `scripts/lab.py cpu`).
+3. Undoing the slowdown makes it pass: the quota is lifted and the template measures `tp` again,
+   in rate mode (requests arriving at a rate, at most two in flight). This run also sets the load
+   generator's CPU (the benchmark's own, from the report) beside the replica's (its unit's CPU
+   seconds over the run, `scripts/lab.py cpu`).
 
 The figures go to tests/output/site/serving.json. Nothing is asserted about a time.
 """
@@ -30,6 +31,7 @@ import _jobs
 ROOT = _jobs.ROOT
 OUTPUT = ROOT / "tests" / "output" / "site"
 TEMPLATE = "gpufleet serving acceptance"
+MEASURE = "TASK [gpufleet.inference.serving_acceptance : Measure each target at each point"
 SLOW = "tp"
 # A sliver of one core: the replica still answers its health checks (so the front door and the
 # guard leave it alone for the few seconds of the trial), but every token takes tens of times longer.
@@ -67,7 +69,7 @@ def refused(extra: dict, task: str, expected: list[str]) -> None:
     out = proc.stdout + proc.stderr
     if proc.returncode == 0:
         fail(f"validate_serving.yml accepted {extra}", out)
-    if f"TASK [gpufleet.inference.serving_acceptance : {task}]" not in out or "vllm_bench_serve" in out:
+    if f"TASK [gpufleet.inference.serving_acceptance : {task}]" not in out or MEASURE in out:
         fail(f"validate_serving.yml with {extra} did not stop in the preflight task {task!r}", out)
     missing = [text for text in expected if text not in out]
     if missing:
@@ -92,11 +94,12 @@ def unit_cpu(host: str, name: str) -> float:
     return float(report["hosts"][host]["units_s"].get(name, 0.0))
 
 
-def acceptance(hostvars: dict, name: str, targets: list[str]):
+def acceptance(hostvars: dict, name: str, targets: list[str], **extra):
     extra = {
         "serving_acceptance_targets": targets,
         "serving_acceptance_concurrency": [1],
         "serving_acceptance_report_dir": str(OUTPUT / f"serving-{name}"),
+        **{"serving_acceptance_" + key: value for key, value in extra.items()},
     }
     return _jobs.launch(TEMPLATE, hostvars, extra_vars=extra)
 
@@ -129,7 +132,11 @@ def main() -> int:
 
     unit(slow_host, "set-property", "--runtime", slow_unit, f"CPUQuota={QUOTA}")
     try:
-        slowed = acceptance(hostvars, "slowed", ["pp", SLOW])
+        # Short requests, and targets far above a healthy replica's figures under the lab's load
+        # (p99 TPOT about 20 ms, TTFT about 30 ms) and far below the slowed one's (seconds).
+        slowed = acceptance(
+            hostvars, "slowed", ["pp", SLOW], output_tokens=8, min_requests=2, ttft_ms=2000, tpot_ms=250
+        )
     finally:
         unit(slow_host, "set-property", "--runtime", slow_unit, "CPUQuota=")
     verdict = slowed.stats.get("serving_acceptance") or {}
@@ -146,7 +153,8 @@ def main() -> int:
     print(f"serving: {SLOW} at {QUOTA} of a core failed by name: {failures}", flush=True)
 
     before = unit_cpu(slow_host, slow_unit)
-    again = acceptance(hostvars, "undone", [SLOW])
+    # In rate mode: requests arrive at 1 per second (Poisson), at most 2 in flight.
+    again = acceptance(hostvars, "undone", [SLOW], mode="rate", request_rates=[1], rate_duration_s=6, concurrency=[2])
     replica_cpu = unit_cpu(slow_host, slow_unit) - before
     verdict = again.stats.get("serving_acceptance") or {}
     if again.status != "successful" or verdict.get("passed") is not True:
