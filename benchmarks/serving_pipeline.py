@@ -23,7 +23,7 @@ import sys
 from _lab import ROOT, inventory
 from _results import save
 
-REPORT = ROOT / "benchmarks" / "results" / "serving-pipeline-report"
+REPORT = ROOT / "serving-acceptance" / "pipeline"
 
 
 def ratio(pp, one):
