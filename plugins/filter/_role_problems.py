@@ -64,6 +64,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import (
     _nvidia_container_toolkit_rules,
     _nvidia_driver,
     _roce,
+    _serving_acceptance,
     _vllm_rules,
 )
 
@@ -86,6 +87,7 @@ RULES = {
     "nvidia_container_toolkit": _nvidia_container_toolkit_rules.settings_problems,
     "nvidia_driver": _nvidia_driver.settings_problems,
     "roce": _roce.settings_problems,
+    "serving_acceptance": _serving_acceptance.settings_problems,
     "vllm": _vllm_rules.settings_problems,
 }
 

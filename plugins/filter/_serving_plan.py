@@ -17,59 +17,41 @@ description:
     C(llama_coordinator)), and the front door when given, and plans the points of each - a
     concurrency sweep up to what the replica's capacity plan admits, the concurrencies or request
     rates the variables give, or a prompt-length sweep up to its max-model-len.
-  - Returns every problem of the variables and of each target at once, naming the variable, the
-    value and the fix (a prompt that does not fit, a concurrency over the plan, a target of 0, an
-    unknown preset), so the role refuses before any load is sent.
+  - The role's preflight checks the same settings first (C(_role_problems('serving_acceptance'))),
+    so a plan that cannot run is refused there, naming the variable, the value and the fix.
 options:
   _input:
-    description: The serving_acceptance role's variables by name.
+    description:
+      - The role's settings - the serving_acceptance_* variables, C(inventory_hostname) (the load
+        host), C(hostvars), C(groups), C(engine_defaults) (the engine roles' defaults) and C(frontdoor)
+        (C(host), C(address), C(port), C(tls), or null for none).
     type: dict
     required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
-  groups:
-    description: C(groups).
-    type: dict
-    required: true
-  load_host:
-    description: The host that sends the load; a replica listening on loopback is reachable only from its own host.
-    type: str
-    required: true
-  defaults:
-    description: The engine roles' defaults for the variables a serving host does not set.
-    type: dict
-    default: {}
-  frontdoor:
-    description: The front door to measure, C(host), C(address), C(port) and C(tls); omit for none.
-    type: dict
 """
 
 EXAMPLES = r"""
-- name: Plan the run
+- name: Keep the plan of the run
   ansible.builtin.set_fact:
-    __serving_acceptance_plan: >-
-      {{ __serving_acceptance_settings | gpufleet.inference._serving_plan(hostvars, groups, inventory_hostname) }}
+    __serving_acceptance_run: "{{ __serving_acceptance_settings | gpufleet.inference._serving_plan }}"
 """
 
 RETURN = r"""
 _value:
   description:
-    - C(problems), a list of messages, empty when the run can go.
-    - C(run), the workload and the targets with their points; null with problems.
+    - The workload (C(load)), the targets with their points, where the tokenizer comes from and the
+      first vLLM replica's rank 0.
   type: dict
 """
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.inference.plugins.module_utils import _serving_acceptance
 
 
-def serving_plan(settings, hostvars, groups, load_host, defaults=None, frontdoor=None):
+def serving_plan(settings):
     try:
-        run = _serving_acceptance.run_plan(dict(settings), hostvars, groups, load_host, defaults, frontdoor or None)
+        return _serving_acceptance.plan_settings(dict(settings))
     except _serving_acceptance.ServingError as exc:
-        return {"problems": exc.problems, "run": None}
-    return {"problems": [], "run": run}
+        raise AnsibleFilterError("gpufleet.inference._serving_plan:\n%s" % exc) from None
 
 
 class FilterModule(object):

@@ -512,6 +512,33 @@ def _tokenizer_source(settings, hostvars, defaults, every, problems):
     return None
 
 
+def plan_settings(settings):
+    """run_plan() over the role's settings as its preflight hands them over: the
+    serving_acceptance_* variables, inventory_hostname (the load host), hostvars, groups,
+    engine_defaults and frontdoor (null for none)."""
+    return run_plan(
+        settings,
+        settings.get("hostvars") or {},
+        settings.get("groups") or {},
+        settings.get("inventory_hostname") or "",
+        settings.get("engine_defaults") or {},
+        settings.get("frontdoor") or None,
+    )
+
+
+def settings_problems(settings):
+    """Every problem of the role's inputs (_role_problems('serving_acceptance')), one message each:
+    the workload's own, then, with the inventory in settings, what each target cannot take."""
+    try:
+        if "hostvars" in settings:
+            plan_settings(settings)
+        else:
+            workload(settings)
+    except ServingError as exc:
+        return exc.problems
+    return []
+
+
 def bench_args(target, point, load, result_dir, result_file, tokenizer, seed=0):
     """The arguments of ``vllm bench serve`` for one point (after ``vllm bench serve``)."""
     args = [

@@ -432,3 +432,16 @@ def test_real_vllm_bench_serve_results_parse(data):
     assert figures["output_throughput"] > 0
     assert figures["ttft_ms"]["mean"] > 0 and figures["ttft_ms"]["p99"] >= figures["ttft_ms"]["median"]
     assert figures["tpot_ms"]["p99"] is not None
+
+
+def test_the_role_rules_check_the_workload_alone_or_with_the_inventory():
+    # As a bad-input case host gives them: no replicas known, the workload's own rules.
+    assert sa.settings_problems(settings(ttft_ms=0))[0].startswith("serving_acceptance_ttft_ms=0 must be")
+    assert sa.settings_problems(settings(prompt_tokens=64, output_tokens=32)) == []
+    # As the preflight gives them: with the inventory, what each target cannot take.
+    hostvars, groups = lab(llama=False)
+    inventory = {"hostvars": hostvars, "groups": groups, "inventory_hostname": "lab-w9", "engine_defaults": DEFAULTS}
+    found = sa.settings_problems(dict(settings(prompt_tokens=64, output_tokens=32, concurrency=[16]), **inventory))
+    assert [line.split(" is over")[0] for line in found] == ["serving_acceptance_concurrency=16"] * 2
+    run = sa.plan_settings(dict(settings(prompt_tokens=64, output_tokens=32), frontdoor=dict(FRONTDOOR), **inventory))
+    assert [t["name"] for t in run["targets"]] == ["pp", "tp", "frontdoor"]
