@@ -512,17 +512,31 @@ def _tokenizer_source(settings, hostvars, defaults, every, problems):
     return None
 
 
+ENGINE_ROLES = ("vllm", "llama_server", "llama_rpc_worker")
+
+
 def plan_settings(settings):
     """run_plan() over the role's settings as its preflight hands them over: the
     serving_acceptance_* variables, inventory_hostname (the load host), hostvars, groups,
-    engine_defaults and frontdoor (null for none)."""
+    role_defaults ({role: its defaults/main.yml} of the engine roles and the frontdoor role) and
+    frontend (the front door measured, empty for none)."""
+    hostvars = settings.get("hostvars") or {}
+    role_defaults = settings.get("role_defaults") or {}
+    defaults = {}
+    for role in ENGINE_ROLES:
+        defaults.update(role_defaults.get(role) or {})
+    frontend = settings.get("frontend") or ""
+    frontdoor = None
+    if frontend:
+        own, fallback = hostvars.get(frontend) or {}, role_defaults.get("frontdoor") or {}
+        frontdoor = {
+            "host": frontend,
+            "address": own.get("frontdoor_bind_address", fallback.get("frontdoor_bind_address", "127.0.0.1")),
+            "port": own.get("frontdoor_port", fallback.get("frontdoor_port", 8080)),
+            "tls": bool(own.get("frontdoor_tls_certificate")),
+        }
     return run_plan(
-        settings,
-        settings.get("hostvars") or {},
-        settings.get("groups") or {},
-        settings.get("inventory_hostname") or "",
-        settings.get("engine_defaults") or {},
-        settings.get("frontdoor") or None,
+        settings, hostvars, settings.get("groups") or {}, settings.get("inventory_hostname") or "", defaults, frontdoor
     )
 
 

@@ -440,8 +440,25 @@ def test_the_role_rules_check_the_workload_alone_or_with_the_inventory():
     assert sa.settings_problems(settings(prompt_tokens=64, output_tokens=32)) == []
     # As the preflight gives them: with the inventory, what each target cannot take.
     hostvars, groups = lab(llama=False)
-    inventory = {"hostvars": hostvars, "groups": groups, "inventory_hostname": "lab-w9", "engine_defaults": DEFAULTS}
+    hostvars["lab-w9"].update(frontdoor_bind_address="192.168.0.20", frontdoor_tls_certificate="/etc/fd.crt")
+    inventory = {
+        "hostvars": hostvars,
+        "groups": groups,
+        "inventory_hostname": "lab-w9",
+        "role_defaults": {
+            "vllm": DEFAULTS,
+            "frontdoor": {"frontdoor_bind_address": "127.0.0.1", "frontdoor_port": 8080},
+        },
+    }
     found = sa.settings_problems(dict(settings(prompt_tokens=64, output_tokens=32, concurrency=[16]), **inventory))
     assert [line.split(" is over")[0] for line in found] == ["serving_acceptance_concurrency=16"] * 2
-    run = sa.plan_settings(dict(settings(prompt_tokens=64, output_tokens=32), frontdoor=dict(FRONTDOOR), **inventory))
+    run = sa.plan_settings(dict(settings(prompt_tokens=64, output_tokens=32), frontend="lab-w9", **inventory))
     assert [t["name"] for t in run["targets"]] == ["pp", "tp", "frontdoor"]
+    # The front door's own port is the role's default; its address and TLS the inventory's.
+    assert run["targets"][-1]["url"] == "https://192.168.0.20:8080"
+    assert (
+        sa.plan_settings(dict(settings(prompt_tokens=64, output_tokens=32), frontend="", **inventory))["targets"][-1][
+            "name"
+        ]
+        == "tp"
+    )
