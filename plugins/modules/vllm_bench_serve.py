@@ -10,7 +10,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: vllm_bench_serve
-short_description: Run one C(vllm bench serve) measurement against an OpenAI-compatible endpoint
+short_description: Run one vllm bench serve measurement against an OpenAI-compatible endpoint
 version_added: 0.1.0
 description:
   - Runs C(vllm bench serve) (vLLM's own serving benchmark) with the arguments given, waits for it,
