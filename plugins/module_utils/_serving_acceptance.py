@@ -67,7 +67,8 @@ PROFILES = {
 P = "serving_acceptance_"
 # The throughput at the saturation point is this share of the sweep's best.
 SATURATED_SHARE = 0.9
-# Each point runs at least this many requests, and this many per concurrent request.
+# The largest values the variables accept: far beyond any cluster, they keep a typo from
+# planning a run that never ends.
 LIMITS = {"concurrency": 100000, "tokens": 10000000, "requests": 1000000, "rate": 100000.0}
 
 
