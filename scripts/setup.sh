@@ -28,6 +28,12 @@ if [ -z "$python" ] || ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
     python=$(find_python)
 fi
 
+# The model fan-out's unit tests run the real rsync between local directories.
+if ! command -v rsync >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null; }
+fi
+
 echo "setup: creating $venv with $("$python" --version)"
 rm -rf "$venv"
 "$python" -m venv "$venv"

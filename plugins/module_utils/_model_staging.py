@@ -292,3 +292,74 @@ def human(count):
             return "%.1f %s" % (value, unit) if unit != "B" else "%d B" % count
         value /= 1024
     return "%d B" % count
+
+
+def _stage_of(node):
+    """The pipeline stage a node loads, or None when it loads the whole model."""
+    pp, nnodes, rank = node["pp_size"], node["nnodes"], node["rank"]
+    if pp <= 1 or nnodes % pp:
+        return None
+    return rank // (nnodes // pp)
+
+
+def host_plans(nodes, stage_host, manifest, layouts, stage_only=True):
+    """What each host fetches and from whom: {host: {stage, whole, files, generated, bytes, digest, sources}}.
+
+    nodes: [{host, address, model_path, pp_size, nnodes, rank, partition}] in chain order.
+    manifest: the staging host's manifest; layouts: model_manifest's layouts (pp_size, partition,
+    stages). The staging host holds the whole model in <model_path>.source and copies its own
+    files from there; every other host reads its peers' directories through their rrsync root,
+    the parent of their model directory.
+    """
+    by_host = dict((node["host"], node) for node in nodes)
+    if stage_host not in by_host:
+        raise StagingError("the staging host %s is not one of the play's vLLM hosts" % stage_host)
+    whole = [dict(path=e["path"], size=e["size"], sha256=e["sha256"]) for e in manifest["entries"]]
+    plans = {}
+    for node in nodes:
+        stage = _stage_of(node) if stage_only else None
+        layout = None
+        if stage is not None:
+            key = (node["pp_size"], node.get("partition") or "")
+            layout = next((item for item in layouts if (item["pp_size"], item.get("partition") or "") == key), None)
+            if layout is None:
+                raise StagingError("no stage plan for PP %d with partition %r" % key)
+        chosen = layout["stages"][stage] if layout else None
+        if chosen is None or chosen["whole"]:
+            plan = {
+                "stage": stage,
+                "whole": True,
+                "files": whole,
+                "generated": {},
+                "bytes": sum(item["size"] for item in whole),
+                "digest": manifest["digest"],
+                "reason": chosen["reason"] if chosen else "",
+            }
+        else:
+            plan = {
+                "stage": stage,
+                "whole": False,
+                "files": chosen["files"],
+                "generated": chosen["generated"],
+                "bytes": chosen["bytes"],
+                "digest": stage_digest(chosen),
+                "reason": "",
+            }
+        plans[node["host"]] = plan
+    needs = dict((host, plan["files"]) for host, plan in plans.items())
+    order = [stage_host] + [node["host"] for node in nodes if node["host"] != stage_host]
+    chains = fanout(stage_host, order, needs)
+    for host, plan in plans.items():
+        plan["sources"] = dict(
+            (path, [_source(by_host[up], stage_host, local=(up == host)) for up in ups])
+            for path, ups in chains[host].items()
+        )
+        plan["upstreams"] = sorted(set(up for ups in chains[host].values() for up in ups if up != host))
+    return plans
+
+
+def _source(node, stage_host, local):
+    directory = node["model_path"].rstrip("/") + (".source" if node["host"] == stage_host else "")
+    if local:
+        return {"name": node["host"], "host": "", "path": directory}
+    return {"name": node["host"], "host": node["address"], "path": directory.rsplit("/", 1)[-1]}

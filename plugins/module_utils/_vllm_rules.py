@@ -51,7 +51,13 @@ INPUT_CHECKS = (
     ("seconds", "vllm_smoke_timeout", {"max": 86400}),
     ("int", "vllm_smoke_max_tokens", {"min": 1, "max": 1048576}),
     ("int", "vllm_shutdown_timeout", {"max": 86400, "why": "whole seconds vLLM drains on SIGTERM"}),
+    ("int", "vllm_model_stage_bwlimit", {"min": 0, "max": 1 << 30, "why": "rsync --bwlimit in KiB/s, 0 for none"}),
+    ("seconds", "vllm_model_stage_timeout", {"max": 604800}),
+    ("seconds", "vllm_model_stage_stall_timeout", {"max": 86400}),
 )
+STAGING = ("copy", "fanout")
+# What Ansible's | bool reads as true or false.
+_BOOLEANS = ("yes", "on", "true", "1", "no", "off", "false", "0")
 
 # Loader variables run code in every vLLM process: vllm_env may set them only to absolute paths
 # of libraries that exist on the host (a bare name is searched for, a missing file is skipped with
@@ -140,6 +146,16 @@ def _model_problems(s):
             "vllm_model_checksum=%s must be sha256:<64 lowercase hex>; it is required with vllm_model_src and "
             "vllm_model_url" % _text(checksum)
         )
+    staging = s["vllm_model_staging"]
+    if staging not in STAGING:
+        problems.append("vllm_model_staging=%s must be one of %s" % (_text(staging), ", ".join(STAGING)))
+    elif staging == "fanout" and not src:
+        problems.append(
+            "vllm_model_staging=fanout stages the directory vllm_model_src names, and it is empty; set it, or set"
+            " vllm_model_staging=copy for an archive (vllm_model_url), a model already on the nodes or the hub"
+        )
+    if _text(s["vllm_model_stage_only"]).lower() not in _BOOLEANS:
+        problems.append("vllm_model_stage_only=%s must be true or false" % _text(s["vllm_model_stage_only"]))
     if not _empty(url):
         if not _matches(r"^(https?|file)://[^\s]+\.(tar|tar\.gz|tgz)\Z", url):
             problems.append(

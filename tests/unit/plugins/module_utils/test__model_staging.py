@@ -197,3 +197,44 @@ def test_a_host_without_the_space_is_named_with_both_figures():
     assert len(lines) == 1
     assert lines[0].startswith("a needs 10.0 GiB") and "4.0 GiB free (4294967296 bytes)" in lines[0]
     assert staging.space_problems({"a": 1}, {}) == ["a did not report its free space"]
+
+
+def nodes(*layout):
+    """(host, replica size, pp, rank) -> the nodes host_plans reads, with 10.0.0.N addresses."""
+    return [
+        {"host": host, "address": f"10.0.0.{n}", "model_path": "/m/model", "pp_size": pp, "nnodes": size, "rank": rank}
+        for n, (host, size, pp, rank) in enumerate(layout, start=1)
+    ]
+
+
+def test_each_pp_node_fetches_its_stage_along_a_chain_from_the_staging_host():
+    manifest = fixture_manifest()
+    layouts = [{"pp_size": 2, "partition": "", "stages": staging.stages(manifest, INDEX, CONFIG, 2)}]
+    plans = staging.host_plans(
+        nodes(("a0", 2, 2, 0), ("a1", 2, 2, 1), ("b0", 2, 2, 0), ("b1", 2, 2, 1)), "a0", manifest, layouts
+    )
+    assert [plans[h]["stage"] for h in ("a0", "a1", "b0", "b1")] == [0, 1, 0, 1]
+    assert shards(plans["a1"]) == shards(layouts[0]["stages"][1])
+    # The staging host copies from its own source directory; the others over ssh, from the node before them.
+    assert plans["a0"]["sources"][SHARD % 1] == [{"name": "a0", "host": "", "path": "/m/model.source"}]
+    assert plans["a1"]["sources"][SHARD % 4] == [{"name": "a0", "host": "10.0.0.1", "path": "model.source"}]
+    assert plans["b1"]["sources"][SHARD % 4][0] == {"name": "a1", "host": "10.0.0.2", "path": "model"}
+    assert plans["b0"]["sources"][SHARD % 1][0]["name"] == "a0"
+    # Shard 3 holds layers of both stages, so b1 takes it from b0, the node before it in its chain.
+    assert plans["b1"]["sources"][SHARD % 3][0]["name"] == "b0"
+    assert plans["b1"]["upstreams"] == ["a0", "a1", "b0"]
+    assert plans["a1"]["digest"] == staging.stage_digest(layouts[0]["stages"][1]) != manifest["digest"]
+
+
+def test_stage_only_off_and_tensor_parallel_nodes_get_the_whole_model():
+    manifest = fixture_manifest()
+    layouts = [{"pp_size": 2, "partition": "", "stages": staging.stages(manifest, INDEX, CONFIG, 2)}]
+    plans = staging.host_plans(nodes(("a0", 2, 2, 0), ("a1", 2, 2, 1)), "a0", manifest, layouts, stage_only=False)
+    assert all(plan["whole"] and plan["digest"] == manifest["digest"] for plan in plans.values())
+    tp = staging.host_plans(nodes(("t0", 2, 1, 0), ("t1", 2, 1, 1)), "t0", manifest, [])
+    assert tp["t1"]["whole"] and len(tp["t1"]["files"]) == len(manifest["entries"])
+
+
+def test_a_staging_host_outside_the_play_is_refused():
+    with pytest.raises(staging.StagingError, match="the staging host x is not one of the play's vLLM hosts"):
+        staging.host_plans(nodes(("a0", 1, 1, 0)), "x", fixture_manifest(), [])

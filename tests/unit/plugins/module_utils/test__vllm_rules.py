@@ -452,3 +452,11 @@ def test_the_plans_refusal_names_the_variables_the_operator_sets():
 @pytest.mark.parametrize("result", [{"fits": True, "table": []}, {"skipped": True}, None])
 def test_a_plan_that_fits_or_was_not_computed_passes(result):
     assert _vllm_rules.settings_problems(plan_settings(capacity=result)) == []
+
+
+def test_fanout_stages_a_directory_from_the_controller():
+    assert problems(vllm_model_staging="fanout", vllm_model_src="/srv/m", vllm_model_checksum=CHECKSUM) == []
+    assert "vllm_model_staging=fanout stages the directory vllm_model_src names" in only(vllm_model_staging="fanout")
+    assert only(vllm_model_staging="rsync") == "vllm_model_staging=rsync must be one of copy, fanout"
+    assert only(vllm_model_stage_only="maybe") == "vllm_model_stage_only=maybe must be true or false"
+    assert "vllm_model_stage_bwlimit=-1" in only(vllm_model_stage_bwlimit=-1)
