@@ -28,10 +28,18 @@ if [ -z "$python" ] || ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
     python=$(find_python)
 fi
 
-# The model fan-out's unit tests run the real rsync between local directories.
-if ! command -v rsync >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null ||
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null; }
+# The model fan-out's unit tests run the real rsync between local directories, and over ssh to an
+# sshd they start on loopback. openssh-server is installed only where policy-rc.d keeps its
+# package scripts from starting a system sshd.
+packages=""
+command -v rsync >/dev/null 2>&1 || packages="rsync"
+if [ ! -x /usr/sbin/sshd ] && [ -x /usr/sbin/policy-rc.d ]; then
+    packages="$packages openssh-server"
+fi
+if [ -n "$packages" ] && [ "$(id -u)" = 0 ]; then
+    # shellcheck disable=SC2086 # a list of package names
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >/dev/null; }
 fi
 
 echo "setup: creating $venv with $("$python" --version)"
