@@ -518,6 +518,9 @@ def vllm_vars(assets: dict[str, str], pipeline: int = 2, tensor: int = 1) -> dic
         "vllm_model_src": assets["model"],
         "vllm_model_checksum": assets["model_checksum"],
         "vllm_model_path": "/var/lib/gpufleet/models/tiny-llama",
+        # The model lands once, on the play's first vLLM host, and the nodes fetch it from each
+        # other; each PP=2 node holds only its stage's shards (docs/model-staging.md).
+        "vllm_model_staging": "fanout",
         "vllm_served_model_name": "tiny-llama",
         "vllm_pipeline_parallel_size": pipeline,
         "vllm_tensor_parallel_size": tensor,

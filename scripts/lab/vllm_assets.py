@@ -100,7 +100,9 @@ def site_packages(venv: Path) -> Path:
 
 
 def model(key: str, python: Path) -> tuple[Path, str]:
-    path = CACHE / "vllm" / "models" / f"tiny-llama-{key}"
+    # The model changes with the tool that builds it (its shards, its tokenizer), not only with vLLM.
+    tool = hashlib.sha256(MODEL_TOOL.read_bytes()).hexdigest()[:8]
+    path = CACHE / "vllm" / "models" / f"tiny-llama-{key}-{tool}"
     meta = path.with_suffix(".json")
     if meta.exists() and path.is_dir():
         return path, json.loads(meta.read_text())["digest"]

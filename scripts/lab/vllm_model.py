@@ -15,7 +15,8 @@ Both commands print one JSON document on standard output and nothing else (vllm_
 molecule/vllm parse it): progress, and whatever those libraries write, goes to standard error.
 
 The model: LlamaForCausalLM, hidden 128, intermediate 256, 4 layers, 4 heads, 2 KV heads
-(head_dim 32), 512 positions, untied embeddings, float32, about 1.1 M parameters. The tokenizer:
+(head_dim 32), 512 positions, untied embeddings, float32, about 1.1 M parameters, saved in shards
+of at most 1 MB with their model.safetensors.index.json. The tokenizer:
 byte-level BPE of 2048 tokens whose alphabet is printable ASCII, so every token decodes to
 ASCII text and decoded texts compare exactly (a full 256-byte alphabet lets a random model emit
 half UTF-8 sequences that incremental and whole-sequence detokenizers render differently).
@@ -50,6 +51,7 @@ MAX_POSITIONS = 512
 # logits then differ by whole units, so float32 rounding differences between vLLM's CPU kernels
 # and transformers' cannot flip a greedy argmax.
 INIT_STD = 0.02
+SHARD_SIZE = "1MB"
 LM_HEAD_STD = 0.5
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 # vLLM renders chat requests with this template and tokenises the result without special tokens
@@ -151,7 +153,9 @@ def build(out: Path) -> dict:
         sys.exit(f"vllm_model: {out} is not empty; build into a new directory so that no stale file joins the digest")
     out.mkdir(parents=True, exist_ok=True)
     log(f"writing {out}")
-    model.save_pretrained(out, safe_serialization=True)
+    # Sharded like a real checkpoint (model.safetensors.index.json and several shards, one layer
+    # split across two of them), so that a pipeline stage's node can hold only its own shards.
+    model.save_pretrained(out, safe_serialization=True, max_shard_size=SHARD_SIZE)
     tokenizer.save_pretrained(out)
     # save_pretrained writes the weights through a private temporary file (mode 0600); a vLLM
     # service running as its own user must be able to read them.

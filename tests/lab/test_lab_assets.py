@@ -105,7 +105,7 @@ class LlamaForCausalLM:
     def parameters(self):
         return []
 
-    def save_pretrained(self, out, safe_serialization=True):
+    def save_pretrained(self, out, safe_serialization=True, max_shard_size=None):
         print("transformers stand-in: saving the weights")
         Path(out, "config.json").write_text(json.dumps(self.config.fields, sort_keys=True))
         Path(out, "model.safetensors").write_bytes(b"stand-in weights")
