@@ -181,6 +181,9 @@ STAGES: dict[str, list] = {
         # through ansible-runner as AWX runs them.
         [str(VENV_BIN / "python"), str(SITE / "deploy.py")],
         lab_cpu("deploy"),
+        # The model fan-out: each node holds its plan's files, no access is left, and vLLM's
+        # loader refuses a stage without one of its shards.
+        [str(VENV_BIN / "python"), str(SITE / "staging.py")],
         # The serving acceptance's bad inputs through the playbook, a slowed replica failing it by
         # name, and the same replica passing once the slowdown is undone.
         [str(VENV_BIN / "python"), str(SITE / "serving.py")],

@@ -1,0 +1,151 @@
+"""The model fan-out's lab proofs, on the site the deploy step left serving.
+
+    .venv/bin/python scripts/lab.py up --hosts 10 --serving site
+    .venv/bin/python tests/site/deploy.py
+    .venv/bin/python tests/site/staging.py
+
+The lab's vLLM replicas are staged with vllm_model_staging=fanout (scripts/lab.py vllm_vars): the
+model landed once, on the play's first vLLM host, and the nodes fetched it from each other.
+
+1. Each node holds what the plan says and nothing else. The PP=2 replica `pp`'s rank 0 holds
+   stage 0's shards and rank 1 stage 1's, each with its own model.safetensors.index.json naming
+   only its own shards; a one-node replica holds the whole model. The plan is recomputed here from
+   the lab model with the collection's own module_utils. (verify_vllm.yml then proves that `pp`
+   answers exactly as HF transformers does on the whole model.)
+2. Nothing of the run's access is left: no transfer key on any host, no line of it in root's
+   authorized_keys.
+3. A missing shard stops vLLM's loader with its own message: on a copy of rank 1's directory
+   without one of its shards, the node's vLLM (its venv) runs the loader's index check, which
+   vllm serve runs before it loads a weight.
+
+The bytes each node holds, against the whole model, go to tests/output/site/staging.json.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import _jobs
+
+ROOT = _jobs.ROOT
+OUTPUT = ROOT / "tests" / "output" / "site"
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+import _model_staging  # noqa: E402
+import _vllm_model  # noqa: E402
+
+LOADER_CHECK = r"""
+import glob, os, sys
+from vllm.model_executor.model_loader.weight_utils import filter_duplicate_safetensors_files
+folder = sys.argv[1]
+try:
+    filter_duplicate_safetensors_files(glob.glob(os.path.join(folder, "*.safetensors")), folder,
+                                       "model.safetensors.index.json")
+except FileNotFoundError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def fail(message: str) -> None:
+    sys.exit(f"staging: {message}")
+
+
+def on(host: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["docker", "exec", host, *argv], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        fail(f"{host}: {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+def held(host: str, path: str) -> dict[str, int]:
+    """{relative path: size} of every file under path on host."""
+    out = on(host, "find", path, "-type", "f", "-printf", "%P\t%s\n").stdout
+    return {rel: int(size) for rel, size in (line.split("\t") for line in out.splitlines())}
+
+
+def main() -> int:
+    data = _jobs.inventory()
+    hostvars = data["_meta"]["hostvars"]
+    groups = {name: body.get("hosts", []) for name, body in data.items() if isinstance(body, dict)}
+    pp = sorted(groups.get("vllm_replica_pp", []), key=lambda h: int(hostvars[h].get("vllm_node_rank", 0)))
+    vllm_hosts = sorted(h for h in hostvars if hostvars[h].get("vllm_model_staging") == "fanout")
+    if len(pp) != 2 or not vllm_hosts:
+        fail(f"the lab has no PP=2 replica `pp` staged with the fan-out (pp: {pp}, fan-out hosts: {vllm_hosts})")
+    assets = json.loads(
+        subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "lab" / "vllm_assets.py")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    model = assets["model"]
+    manifest = _model_staging.build(model)
+    if manifest["digest"] != assets["model_checksum"]:
+        fail(f"the lab model's manifest digest {manifest['digest']} is not its checksum {assets['model_checksum']}")
+    with open(f"{model}/{_model_staging.INDEX_NAME}") as handle:
+        index = json.load(handle)
+    config = _vllm_model.read_model_config(model)
+    stages = _model_staging.stages(manifest, index, config, 2)
+    whole = {e["path"]: e["size"] for e in manifest["entries"]}
+    figures = {"model_bytes": manifest["size_bytes"], "hosts": {}}
+
+    path = hostvars[pp[0]]["vllm_model_path"]
+    for rank, host in enumerate(pp):
+        stage = stages[rank]
+        want = {f["path"]: f["size"] for f in stage["files"]}
+        want[_model_staging.INDEX_NAME] = stage["generated"][_model_staging.INDEX_NAME]["size"]
+        have = held(host, path)
+        if have != want:
+            fail(f"{host} (pp rank {rank}) holds {sorted(have)}, not its stage's {sorted(want)}")
+        own = json.loads(on(host, "cat", f"{path}/{_model_staging.INDEX_NAME}").stdout)
+        shards = sorted(p for p in want if p.endswith(".safetensors"))
+        if sorted(set(own["weight_map"].values())) != shards:
+            fail(f"{host}'s index names {sorted(set(own['weight_map'].values()))}, not its shards {shards}")
+        figures["hosts"][host] = {"stage": rank, "bytes": sum(have.values()), "shards": shards}
+    for host in vllm_hosts:
+        if host in pp or hostvars[host].get("vllm_pipeline_parallel_size", 1) != 1:
+            continue
+        have = held(host, hostvars[host]["vllm_model_path"])
+        if have != whole:
+            fail(f"{host} (one node) holds {sorted(have)}, not the whole model {sorted(whole)}")
+        figures["hosts"][host] = {"stage": None, "bytes": sum(have.values())}
+    for item in figures["hosts"].values():
+        item["of_model"] = round(item["bytes"] / manifest["size_bytes"], 3)
+    print(f"staging: each node holds its plan: {json.dumps(figures['hosts'])}")
+
+    for host in vllm_hosts:
+        keys = on(
+            host,
+            "sh",
+            "-c",
+            f"ls {hostvars[host]['vllm_model_path']}.staging/ 2>/dev/null; "
+            "grep -c gpufleet-model-stage /root/.ssh/authorized_keys || true",
+        ).stdout.split()
+        if "key" in keys or "key.pub" in keys or keys[-1] != "0":
+            fail(f"{host} still holds the transfer key or its authorized_keys line: {keys}")
+    print("staging: no transfer key or authorized_keys line is left on any host")
+
+    host = pp[1]
+    shard = figures["hosts"][host]["shards"][-1]
+    venv = on(host, "sh", "-c", "ls -d /opt/gpufleet/vllm/*/bin/python | head -1").stdout.strip()
+    on(host, "sh", "-c", f"rm -rf /tmp/stage-copy && cp -a {path} /tmp/stage-copy && rm /tmp/stage-copy/{shard}")
+    proc = on(host, venv, "-c", LOADER_CHECK, "/tmp/stage-copy", check=False)
+    on(host, "rm", "-rf", "/tmp/stage-copy")
+    if proc.returncode != 3 or shard not in proc.stdout or "missing" not in proc.stdout:
+        fail(
+            f"vLLM's loader on {host} did not refuse a stage without {shard}:"
+            f" rc {proc.returncode}, {proc.stdout}{proc.stderr}"
+        )
+    figures["missing_shard_message"] = proc.stdout.strip()
+    print(f"staging: vLLM's loader refuses a stage without {shard}: {proc.stdout.strip()}")
+
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / "staging.json").write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
