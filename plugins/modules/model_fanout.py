@@ -47,6 +47,7 @@ options:
       - For each file path, where it is fetched from, in order. A source is a dict with C(name)
         (shown in results), C(host) (an address reached over ssh; empty for this host) and C(path)
         (the directory; over ssh, relative to the C(rrsync) root of the source).
+      - In check mode a file may have no source, to ask what a directory lacks.
     type: dict
     required: true
   generated:
@@ -203,7 +204,6 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    # No files: a probe of the free space (check mode), which the staging host reads before the copy.
     problems = (
         []
         if not params["files"]
@@ -216,8 +216,9 @@ def main():
             "files",
         )
     )
+    # Check mode reads only this host: it may be asked what a directory lacks without any source.
     missing = sorted(item.get("path") for item in params["files"] if not params["sources"].get(item.get("path")))
-    if missing and not problems:
+    if missing and not problems and not module.check_mode:
         problems.append("files %s have no source" % ", ".join(missing))
     if problems:
         module.fail_json(msg="; ".join(problems))
