@@ -128,7 +128,7 @@ def play(hosts: list[str], mode: str, src: Path, checksum: str, size: int) -> tu
         capture_output=True,
         text=True,
         check=False,
-        env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACKS_ENABLED=""),
+        env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
     )
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
@@ -142,10 +142,10 @@ def fetch_seconds(output: str) -> dict:
     found = {}
     for each in data["plays"]:
         for task in each["tasks"]:
-            if task["task"]["name"] == "Wait for this node's files":
+            if task["task"]["name"].endswith("Wait for this node's files"):
                 for host, result in task["hosts"].items():
                     found[host] = {"elapsed_s": result.get("elapsed_s"), "by_source": result.get("by_source")}
-            if task["task"]["name"] == "Copy the model from the controller onto the staging host, once":
+            if task["task"]["name"].endswith("Copy the model from the controller onto the staging host, once"):
                 for host, result in task["hosts"].items():
                     if not result.get("skipped"):
                         found.setdefault("_landing", {})["host"] = host

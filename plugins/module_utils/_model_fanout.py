@@ -51,8 +51,11 @@ class FetchError(Exception):
     """The host could not get a file from any of its sources."""
 
 
-def ssh_command(ssh, key, known_hosts, user="root", port=22):
-    """The -e argument of rsync: ssh with this job's key and nothing else."""
+def ssh_command(ssh, key, known_hosts, user="root", port=22, control_dir=""):
+    """The -e argument of rsync: ssh with this job's key and nothing else.
+
+    With control_dir, one ssh connection per peer is kept open and reused by every rsync run
+    (ControlMaster), since a run fetches one file."""
     argv = [
         ssh,
         "-i",
@@ -78,6 +81,8 @@ def ssh_command(ssh, key, known_hosts, user="root", port=22):
         "-o",
         "Compression=no",
     ]
+    if control_dir:
+        argv += ["-o", "ControlMaster=auto", "-o", "ControlPath=%s/cm-%%C" % control_dir, "-o", "ControlPersist=10"]
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
@@ -332,7 +337,12 @@ class Fetch(object):
         for path in pending:
             source = self._source(path)
             key = (source["name"], source.get("host") or "", source["path"])
-            groups.setdefault(key, (source, []))[1].append(path)
+            group = groups.setdefault(key, (source, []))[1]
+            # One file per rsync run from each source: a file becomes visible to the next host as
+            # soon as it is checked here, so the files flow down the chain one behind the other
+            # instead of the whole model waiting at each host.
+            if not group:
+                group.append(path)
         delivered = []
         now = self.clock()
         for key, (source, paths) in sorted(groups.items()):

@@ -234,6 +234,7 @@ def main():
             params["known_hosts"],
             params["ssh_user"],
             params["ssh_port"],
+            os.path.dirname(params["known_hosts"]),
         )
     rsync = module.get_bin_path("rsync", required=not module.check_mode) or "rsync"
     fetch = _model_fanout.Fetch(

@@ -143,10 +143,10 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
     status = dest.parent / "dest.staging" / "status.json"
     deadline = time.monotonic() + 120
     try:
-        # Wait for the event: more than one shard received (rsync is held at 2 MB/s), so that one
-        # file is whole and the next one half there.
+        # Wait for the event: one shard checked and in place while the next one arrives (rsync is
+        # held at 2 MB/s and fetches one file per run).
         while time.monotonic() < deadline and child.poll() is None:
-            if status.exists() and json.loads(status.read_text())["bytes_in_flight"] >= 3 << 19:
+            if status.exists() and json.loads(status.read_text())["bytes_done"] >= 1 << 20:
                 break
             time.sleep(0.05)
         assert child.poll() is None, "the rate-limited fetch ended before it could be interrupted"

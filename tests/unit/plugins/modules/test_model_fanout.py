@@ -60,4 +60,4 @@ def test_a_source_that_lost_a_file_fails_naming_it(run_module, tmp_path, source)
     given = dict(args(tmp_path, source), stall_timeout=0)
     result = run_module(model_fanout, given, failed=True)
     assert "config.json could not be fetched from any source (stage-host: nothing arrived" in result["msg"]
-    assert result["files_done"] == 1
+    assert result["state"] == "failed"
