@@ -95,16 +95,9 @@ def dumps(manifest):
     return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
 
 
-def problems(manifest, origin="the manifest"):
-    """Every reason why manifest is not one this module wrote; [] when it is."""
-    if not isinstance(manifest, dict):
-        return ["%s is a JSON %s, not an object" % (origin, type(manifest).__name__)]
+def entry_problems(entries, origin="the manifest"):
+    """Every reason why a list of file entries (path, size, sha256) is not one a manifest holds."""
     found = []
-    if manifest.get("schema") != SCHEMA:
-        found.append("%s has schema %r, not %r" % (origin, manifest.get("schema"), SCHEMA))
-    entries = manifest.get("entries")
-    if not isinstance(entries, list) or not entries:
-        return [*found, "%s has no entries" % origin]
     seen = set()
     for entry in entries:
         if not isinstance(entry, dict):
@@ -123,6 +116,20 @@ def problems(manifest, origin="the manifest"):
             found.append("%s: %s has size %r, not a byte count" % (origin, path, size))
         if not isinstance(entry.get("sha256"), str) or not HEX64.match(entry["sha256"]):
             found.append("%s: %s has sha256 %r, not 64 lowercase hex digits" % (origin, path, entry.get("sha256")))
+    return found
+
+
+def problems(manifest, origin="the manifest"):
+    """Every reason why manifest is not one this module wrote; [] when it is."""
+    if not isinstance(manifest, dict):
+        return ["%s is a JSON %s, not an object" % (origin, type(manifest).__name__)]
+    found = []
+    if manifest.get("schema") != SCHEMA:
+        found.append("%s has schema %r, not %r" % (origin, manifest.get("schema"), SCHEMA))
+    entries = manifest.get("entries")
+    if not isinstance(entries, list) or not entries:
+        return [*found, "%s has no entries" % origin]
+    found += entry_problems(entries, origin)
     if not found and manifest.get("digest") != digest_of(entries):
         found.append(
             "%s records the digest %s but its entries make %s; it was edited by hand, build it again"
@@ -266,32 +273,6 @@ def fanout(source, order, needs):
             plan[host][item["path"]] = [*list(reversed(earlier))[:FALLBACKS], source]
             earlier.append(host)
     return plan
-
-
-def space_problems(needs_bytes, free_bytes, margin_bytes=0):
-    """One line per host that lacks the space for what it will receive; needs and free are {host: bytes}."""
-    lines = []
-    for host in sorted(needs_bytes):
-        need = needs_bytes[host] + margin_bytes
-        have = free_bytes.get(host)
-        if have is None:
-            lines.append("%s did not report its free space" % host)
-        elif have < need:
-            lines.append(
-                "%s needs %s for the model (%d bytes, with a margin of %d) but its filesystem has %s free (%d bytes);"
-                " free space there or set vllm_model_path to a larger filesystem"
-                % (host, human(need), need, margin_bytes, human(have), have)
-            )
-    return lines
-
-
-def human(count):
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return "%.1f %s" % (value, unit) if unit != "B" else "%d B" % count
-        value /= 1024
-    return "%d B" % count
 
 
 def _stage_of(node):

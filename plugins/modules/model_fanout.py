@@ -204,18 +204,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    problems = (
-        []
-        if not params["files"]
-        else _model_staging.problems(
-            {
-                "schema": _model_staging.SCHEMA,
-                "entries": params["files"],
-                "digest": _model_staging.digest_of(params["files"]) if params["files"] else "",
-            },
-            "files",
-        )
-    )
+    problems = _model_staging.entry_problems(params["files"], "files")
     # Check mode reads only this host: it may be asked what a directory lacks without any source.
     missing = sorted(item.get("path") for item in params["files"] if not params["sources"].get(item.get("path")))
     if missing and not problems and not module.check_mode:

@@ -7,6 +7,7 @@ manifest, the refetch of a corrupted or truncated file, the resume of an interru
 refusal when no source is left. The same code over ssh between lab hosts is the lab's proof.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -103,7 +104,7 @@ def test_stale_files_are_removed_and_the_generated_index_written(tmp_path):
     manifest = make_model(tmp_path / "src")
     (tmp_path / "dest").mkdir()
     (tmp_path / "dest" / "model-00099.safetensors").write_bytes(b"old")
-    generated = {staging.INDEX_NAME: {"content": "{}\n", "sha256": staging.hashlib.sha256(b"{}\n").hexdigest()}}
+    generated = {staging.INDEX_NAME: {"content": "{}\n", "sha256": hashlib.sha256(b"{}\n").hexdigest()}}
     fetch = fetch_for(tmp_path / "dest", manifest, [source("src", tmp_path / "src")], generated=generated)
     _changed, result = fetch.run()
     assert result["removed"] == ["model-00099.safetensors"] and result["generated"] == [staging.INDEX_NAME]
