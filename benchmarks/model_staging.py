@@ -105,7 +105,6 @@ def clean(hosts: list[str]) -> None:
 
 def play(hosts: list[str], mode: str, src: Path, checksum: str, size: int) -> tuple[float, str]:
     extra = {
-        "bench_hosts": ",".join(hosts),
         "bench_mode": mode,
         "bench_src": str(src),
         "bench_checksum": checksum,
@@ -120,6 +119,8 @@ def play(hosts: list[str], mode: str, src: Path, checksum: str, size: int) -> tu
             str(ROOT / "inventories" / "lab"),
             "-f",
             str(len(hosts)),
+            "--limit",
+            ",".join(hosts),
             "-e",
             json.dumps(extra),
             str(PLAYBOOK),
