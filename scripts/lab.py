@@ -521,6 +521,8 @@ def vllm_vars(assets: dict[str, str], pipeline: int = 2, tensor: int = 1) -> dic
         # The model lands once, on the play's first vLLM host, and the nodes fetch it from each
         # other; each PP=2 node holds only its stage's shards (docs/model-staging.md).
         "vllm_model_staging": "fanout",
+        # The lab's model moves in seconds: a progress line every 2 s shows the polling at work.
+        "vllm_model_stage_progress_interval": 2,
         "vllm_served_model_name": "tiny-llama",
         "vllm_pipeline_parallel_size": pipeline,
         "vllm_tensor_parallel_size": tensor,

@@ -4,11 +4,10 @@
 """Fetch a model's files onto this host from its peers with rsync, verifying each against the manifest.
 
 The transfer is rsync's (rsync(1)); this only decides what to ask for, from whom, and what to
-keep. Each round asks the current source of every missing file for all of them at once, with
+keep. Each round asks every current source for one of the missing files it serves, with
 ``--ignore-missing-args``: a peer that is still receiving a file simply does not have it yet,
-since rsync writes a file under a temporary name and renames it when it is complete, and a peer
-only moves a file into its model directory after checking it. So files move down a chain of
-hosts one after another, each file as soon as the host above has it.
+since a peer only moves a file into its model directory after checking it. So files move down a
+chain of hosts one behind the other, each file as soon as the host above has it.
 
 - A received file is kept only when its size and sha256 match the manifest; otherwise it is
   deleted and fetched from the next source in its list ("refetched" in the result).
@@ -420,3 +419,28 @@ class Fetch(object):
         self.result["state"] = "done"
         self.write_status()
         return changed, self.result
+
+
+def _mib(value):
+    return "%.1f MiB" % (value / 1048576.0)
+
+
+def progress_text(status):
+    """One line of a fan-out's progress from its status document, for the play's output."""
+    done = status.get("bytes_done", 0) + status.get("bytes_in_flight", 0)
+    total = status.get("bytes_total", 0)
+    share = " (%d%%)" % (100 * done // total) if total else ""
+    sources = ", ".join("%s %s" % (name, _mib(count)) for name, count in sorted(status.get("by_source", {}).items()))
+    text = "%d/%d files, %s of %s%s, %s/s" % (
+        status.get("files_done", 0),
+        status.get("files_total", 0),
+        _mib(done),
+        _mib(total),
+        share,
+        _mib(status.get("rate_bytes_s", 0)),
+    )
+    if sources:
+        text += ", from " + sources
+    if status.get("refetched"):
+        text += ", %d fetched again" % len(status["refetched"])
+    return text

@@ -54,6 +54,7 @@ INPUT_CHECKS = (
     ("int", "vllm_model_stage_bwlimit", {"min": 0, "max": 1 << 30, "why": "rsync --bwlimit in KiB/s, 0 for none"}),
     ("seconds", "vllm_model_stage_timeout", {"max": 604800}),
     ("seconds", "vllm_model_stage_stall_timeout", {"max": 86400}),
+    ("seconds", "vllm_model_stage_progress_interval", {"max": 3600}),
 )
 STAGING = ("copy", "fanout")
 # What Ansible's | bool reads as true or false.
