@@ -1,7 +1,7 @@
 """Staging a model onto lab hosts: the vllm role's fan-out against the controller copy of today and
 against the bound of the model's bytes over one link's rate, measured in one run.
 
-    .venv/bin/python benchmarks/model_staging.py [--rate-mbit 200] [--shards 32] [--shard-mib 8]
+    .venv/bin/python benchmarks/model_staging.py [--rate-mbit 200] [--shards 64] [--shard-mib 32]
 
 Needs a lab of at least 10 hosts (`make lab LAB_HOSTS=10 LAB_SERVING=none`). Every link is
 shaped with tc's token bucket filter to --rate-mbit: each host's egress on the management network
@@ -15,6 +15,9 @@ For 4 and then 10 hosts it times, from the playbook's start to its end:
   vllm_model_staging=copy does (10 hosts only; its time grows with the hosts by construction).
 The fan-out's own part is read from the role's per-host results (the longest fetch). The model is
 --shards random shards (a fixed seed) with a config.json and a model.safetensors.index.json.
+The shard size follows the link: a 32 MiB shard over 200 Mbit/s takes 1.3 s, as a 4.3 GB shard
+of a DeepSeek-class checkpoint takes over the flagship's 25 Gbit/s, so the per-file costs of the
+fan-out (an rsync run, a sha256, a host waiting on the one before it) weigh as they would there.
 The shaping is removed at the end. The JSON goes to benchmarks/results/.
 """
 
@@ -152,8 +155,8 @@ def fetch_seconds(output: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate-mbit", type=int, default=200)
-    parser.add_argument("--shards", type=int, default=32)
-    parser.add_argument("--shard-mib", type=int, default=8)
+    parser.add_argument("--shards", type=int, default=64)
+    parser.add_argument("--shard-mib", type=int, default=32)
     args = parser.parse_args()
     _groups, hostvars = inventory("make lab LAB_HOSTS=10 LAB_SERVING=none")
     hosts = sorted(hostvars, key=lambda h: (h != "lab-head", len(h), h))

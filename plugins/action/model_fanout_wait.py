@@ -63,7 +63,9 @@ class ActionModule(ActionBase):
             status = self._status(status_path, task_vars)
             if status is not None:
                 last = progress_text(status)
-                display.display("%s: %s" % (host, last))
+                # On stderr, as progress goes, so that a machine-readable stdout (the json
+                # callback) stays one document.
+                display.display("%s: %s" % (host, last), stderr=True)
             if time.monotonic() > deadline:
                 result.update(
                     failed=True,
@@ -78,6 +80,6 @@ class ActionModule(ActionBase):
         job.pop("stdout_lines", None)
         job.pop("stderr_lines", None)
         if not job.get("failed"):
-            display.display("%s: done, %s" % (host, progress_text(job)))
+            display.display("%s: done, %s" % (host, progress_text(job)), stderr=True)
         result.update(job)
         return result

@@ -39,6 +39,11 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _vllm_mo
 PARTIAL_DIR = ".rsync-partial"
 LEDGER = "verified.json"
 ERRORS_BEFORE_GIVING_UP = 3
+# While the host before it is still receiving a file, a host asks again after POLL_FIRST_S, then
+# half as long again each time, up to POLL_MAX_S: a file reaches the next host at most about a
+# second after it is in place, at the cost of one rsync run a second per waiting host.
+POLL_FIRST_S = 0.1
+POLL_MAX_S = 1.0
 # rsync exit codes that leave the round's other files usable: 23 partial transfer, 24 vanished.
 SOFT_RSYNC_CODES = (0, 23, 24)
 # rsync --stats: the bytes that crossed the wire to this host in one run (a resumed file's reused
@@ -395,7 +400,7 @@ class Fetch(object):
                 self.ledger.pop(rel, None)
         for path in stale:
             _atomic_write(os.path.join(self.dest, path), self.generated[path]["content"].encode("utf-8"))
-        pause = 0.2
+        pause = POLL_FIRST_S
         try:
             while pending:
                 if self.timeout_s is not None and self.clock() - self.started > self.timeout_s:
@@ -408,9 +413,9 @@ class Fetch(object):
                 self.write_status()
                 if pending and not delivered:
                     self.wait(pause)
-                    pause = min(pause * 2, 2.0)
+                    pause = min(pause * 1.5, POLL_MAX_S)
                 else:
-                    pause = 0.2
+                    pause = POLL_FIRST_S
         except FetchError:
             self.result["state"] = "failed"
             self.write_status()

@@ -14,9 +14,10 @@ short_description: Wait for a model fan-out started with async, printing its pro
 version_added: 0.1.0
 description:
   - Waits for a M(gpufleet.inference.model_fanout) job started with C(async) and C(poll=0), and
-    every O(interval) seconds prints one line per host to the play's output with the files and
-    bytes in place, the share done, the rate and the bytes from each source, read from the job's
-    status file.
+    every O(interval) seconds prints one line per host with the files and bytes in place, the
+    share done, the rate and the bytes from each source, read from the job's status file.
+  - The lines go to the standard error of C(ansible-playbook), as progress does, so that a
+    machine-readable standard output (the C(json) callback) stays one document.
   - Returns the job's own result when it ends (the figures M(gpufleet.inference.model_fanout)
     returns), and fails with its message when it failed, or when it has not ended within
     O(timeout) seconds.

@@ -17,6 +17,9 @@ model landed once, on the play's first vLLM host, and the nodes fetched it from 
 3. A missing shard stops vLLM's loader with its own message: on a copy of rank 1's directory
    without one of its shards, the node's vLLM (its venv) runs the loader's index check, which
    vllm serve runs before it loads a weight.
+4. The site was deployed with no route to any hub: every vLLM unit's environment file sets
+   HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1, and from every vLLM host a connection to
+   huggingface.co:443 fails (the lab reaches no address outside this machine).
 
 The bytes each node holds, against the whole model, go to tests/output/site/staging.json.
 """
@@ -47,6 +50,16 @@ except FileNotFoundError as exc:
     sys.exit(3)
 """
 
+HUB_CONNECT = r"""
+import socket, sys
+try:
+    socket.create_connection(("huggingface.co", 443), timeout=10).close()
+except OSError as exc:
+    print(f"{type(exc).__name__}: {exc}")
+    sys.exit(3)
+print("connected")
+"""
+
 
 def fail(message: str) -> None:
     sys.exit(f"staging: {message}")
@@ -63,6 +76,28 @@ def held(host: str, path: str) -> dict[str, int]:
     """{relative path: size} of every file under path on host."""
     out = on(host, "find", path, "-type", "f", "-printf", "%P\t%s\n").stdout
     return {rel: int(size) for rel, size in (line.split("\t") for line in out.splitlines())}
+
+
+def offline_proof(hosts: list[str]) -> dict[str, str]:
+    """Every vLLM unit's environment is offline and no host reaches the hub; the error each host got."""
+    offline = {}
+    for host in hosts:
+        envs = on(
+            host, "sh", "-c", "grep -H -E '^(HF_HUB_OFFLINE|TRANSFORMERS_OFFLINE)=' /etc/gpufleet/vllm/*/vllm.env"
+        )
+        units: dict[str, set[str]] = {}
+        for line in envs.stdout.splitlines():
+            name, setting = line.split(":", 1)
+            units.setdefault(name, set()).add(setting.strip())
+        if not units or any(s != {"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"} for s in units.values()):
+            fail(f"{host}: a vLLM unit's environment lacks the hub's offline settings: {units or envs.stdout}")
+        venv = on(host, "sh", "-c", "ls -d /opt/gpufleet/vllm/*/bin/python | head -1").stdout.strip()
+        route = on(host, venv, "-c", HUB_CONNECT, check=False)
+        if route.returncode != 3:
+            fail(f"{host} reached huggingface.co:443, so this run does not prove an offline site: {route.stdout}")
+        offline[host] = route.stdout.strip()
+    print(f"staging: every vLLM unit is offline and no host reaches the hub: {json.dumps(offline)}")
+    return offline
 
 
 def main() -> int:
@@ -141,6 +176,8 @@ def main() -> int:
         )
     figures["missing_shard_message"] = proc.stdout.strip()
     print(f"staging: vLLM's loader refuses a stage without {shard}: {proc.stdout.strip()}")
+
+    figures["offline"] = offline_proof(vllm_hosts)
 
     OUTPUT.mkdir(parents=True, exist_ok=True)
     (OUTPUT / "staging.json").write_text(json.dumps(figures, indent=2) + "\n")

@@ -91,7 +91,9 @@ def test_progress_is_printed_while_the_files_arrive(tmp_path):
     (root / "model-00001.safetensors").write_bytes(os.urandom(1 << 20))
     result = play(tmp_path, root, bwlimit=128)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("localhost: ")]
+    # Progress goes to stderr, so that a machine-readable stdout stays one document.
+    assert "localhost: " not in result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.startswith("localhost: ")]
     running = [line for line in lines if not line.startswith("localhost: done")]
     assert running and all(" files, " in line and " MiB/s" in line for line in running), lines
     assert lines[-1].startswith("localhost: done, 2/2 files, 1.0 MiB of 1.0 MiB (100%)"), lines
