@@ -150,10 +150,11 @@ def _model_problems(s):
     staging = s["vllm_model_staging"]
     if staging not in STAGING:
         problems.append("vllm_model_staging=%s must be one of %s" % (_text(staging), ", ".join(STAGING)))
-    elif staging == "fanout" and not src:
+    elif staging == "fanout" and not (src or url):
         problems.append(
-            "vllm_model_staging=fanout stages the directory vllm_model_src names, and it is empty; set it, or set"
-            " vllm_model_staging=copy for an archive (vllm_model_url), a model already on the nodes or the hub"
+            "vllm_model_staging=fanout stages the directory vllm_model_src names or the archive vllm_model_url"
+            " names, and both are empty; set one, or set vllm_model_staging=copy for a model already on the nodes"
+            " or the hub"
         )
     if _text(s["vllm_model_stage_only"]).lower() not in _BOOLEANS:
         problems.append("vllm_model_stage_only=%s must be true or false" % _text(s["vllm_model_stage_only"]))

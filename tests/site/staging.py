@@ -20,15 +20,25 @@ model landed once, on the play's first vLLM host, and the nodes fetched it from 
 4. The site was deployed with no route to any hub: every vLLM unit's environment file sets
    HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1, and from every vLLM host a connection to
    huggingface.co:443 fails (the lab reaches no address outside this machine).
+5. An archive fans out too (vllm_model_url): the lab model as a .tar.gz, served over HTTP by one
+   lab host that runs no vLLM, is staged by staging_url.yml onto three others, each a one-node
+   replica. The archive is downloaded once, by the staging host; every host then holds the whole
+   model as its manifest lists it, and a second run changes nothing. The three hosts' copies are
+   removed after.
 
 The bytes each node holds, against the whole model, go to tests/output/site/staging.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
+import time
 
 import _jobs
 
@@ -98,6 +108,98 @@ def offline_proof(hosts: list[str]) -> dict[str, str]:
         offline[host] = route.stdout.strip()
     print(f"staging: every vLLM unit is offline and no host reaches the hub: {json.dumps(offline)}")
     return offline
+
+
+def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: dict) -> dict:
+    """Stage the lab model from a .tar.gz over HTTP onto three hosts without vLLM, from a fourth."""
+    others = sorted((h for h in hostvars if h not in vllm_hosts), key=lambda h: (len(h), h))
+    if len(others) < 4:
+        fail(f"the archive proof needs four hosts without vLLM; the lab has {others}")
+    server, hosts = others[-1], others[-4:-1]
+    work = OUTPUT / "url-proof"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    archive = work / "tiny-llama.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(model, arcname="tiny-llama")
+    checksum = "sha256:" + hashlib.sha256(archive.read_bytes()).hexdigest()
+    address = hostvars[server]["ansible_host"]
+    port = 18731
+    url = f"http://{address}:{port}/tiny-llama.tar.gz"
+    path = "/var/lib/gpufleet/models/url-proof"
+    on(server, "mkdir", "-p", "/tmp/url-proof")
+    subprocess.run(["docker", "cp", str(archive), f"{server}:/tmp/url-proof/"], check=True, capture_output=True)
+    on(server, "sh", "-c", f"setsid python3 -m http.server {port} --bind {address} -d /tmp/url-proof >/dev/null 2>&1 &")
+    try:
+        # The server is up when the archive's first bytes come back (each try waits for them).
+        for _attempt in range(60):
+            probe = on(
+                hosts[0],
+                "python3",
+                "-c",
+                f"import urllib.request; urllib.request.urlopen({url!r}, timeout=5)",
+                check=False,
+            )
+            if probe.returncode == 0:
+                break
+            time.sleep(1)
+        else:
+            fail(f"the archive server on {server} did not answer at {url}: {probe.stderr.strip()}")
+        extra = {"proof_url": url, "proof_checksum": checksum, "proof_path": path}
+        runs = [staging_play(hosts, extra) for _run in range(2)]
+        want = {e["path"]: e["size"] for e in manifest["entries"]}
+        for host in hosts:
+            have = held(host, path)
+            if have != want:
+                fail(f"{host} holds {sorted(have)} from the archive, not the model's {sorted(want)}")
+        downloaded = [h for h in hosts if on(h, "test", "-f", f"{path}.source.download", check=False).returncode == 0]
+        if downloaded != hosts[:1]:
+            fail(f"the archive was downloaded onto {downloaded}, not once onto the staging host {hosts[0]}")
+        recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", runs[1], re.M)
+        if not recap or any(changed != "0" for _host, changed in recap):
+            fail(f"a second run of the archive's fan-out changed something: {recap}\n{runs[1][-5000:]}")
+    finally:
+        on(server, "sh", "-c", f"pkill -f 'http.server {port}'; rm -rf /tmp/url-proof", check=False)
+        for host in hosts:
+            on(
+                host,
+                "rm",
+                "-rf",
+                path,
+                f"{path}.source",
+                f"{path}.source.download",
+                f"{path}.source.manifest.json",
+                f"{path}.staging",
+                check=False,
+            )
+    result = {"url": url, "hosts": hosts, "downloaded_on": hosts[0], "archive_bytes": archive.stat().st_size}
+    print(f"staging: the archive fanned out from {hosts[0]} to {hosts[1:]}, and a second run changed nothing")
+    return result
+
+
+def staging_play(hosts: list[str], extra: dict) -> str:
+    proc = subprocess.run(
+        [
+            str(_jobs.BIN / "ansible-playbook"),
+            "-i",
+            "inventories/lab",
+            "tests/site/staging_url.yml",
+            "--limit",
+            ",".join(hosts),
+            "-f",
+            str(len(hosts)),
+            "-e",
+            json.dumps(extra),
+        ],
+        cwd=ROOT,
+        env=_jobs.ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        fail(f"staging_url.yml failed on {hosts}:\n{proc.stdout[-5000:]}\n{proc.stderr[-2000:]}")
+    return proc.stdout
 
 
 def main() -> int:
@@ -178,6 +280,7 @@ def main() -> int:
     print(f"staging: vLLM's loader refuses a stage without {shard}: {proc.stdout.strip()}")
 
     figures["offline"] = offline_proof(vllm_hosts)
+    figures["archive"] = archive_proof(model, manifest, vllm_hosts, hostvars)
 
     OUTPUT.mkdir(parents=True, exist_ok=True)
     (OUTPUT / "staging.json").write_text(json.dumps(figures, indent=2) + "\n")

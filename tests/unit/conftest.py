@@ -4,13 +4,17 @@
 
 Fixtures (pytest finds them here, under `ansible-test units` and under `pytest tests/unit` alike):
 ``run_module`` and ``fresh_warnings``. Plain helpers, imported as
-``from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary, pci_sysfs, warned``.
+``from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary, pci_sysfs, warned``;
+``local_play`` runs a play against this machine with the collection of this checkout.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +104,30 @@ def pci_sysfs(tmp_path: Path, devices: dict, drivers: dict | None = None) -> Pat
         target.mkdir(parents=True, exist_ok=True)
         (root / "bus" / "pci" / "devices" / address / "driver").symlink_to(target)
     return root
+
+
+def local_play(tmp_path: Path, play: str, extra: dict, *args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook of the play text against localhost (local connection), with this
+    checkout's collection, its async results under tmp_path and extra as extra vars."""
+    repo = Path(__file__).resolve().parents[2]
+    collections = repo.parents[2] if repo.parent.parent.name == "ansible_collections" else repo / "collections"
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.playbook"]
+    (tmp_path / "play.yml").write_text(play)
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    extra = dict(extra, ansible_python_interpreter=sys.executable)
+    return subprocess.run(
+        [*argv, "-i", "localhost,", str(tmp_path / "play.yml"), "-e", json.dumps(extra), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )

@@ -7,14 +7,11 @@ still running when the action first reads its status, and the action prints its 
 import json
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.inference.plugins.module_utils import _model_fanout, _model_staging
+from ansible_collections.gpufleet.inference.tests.unit.conftest import local_play
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync (apt-get install rsync)")
 
 PLAY = """
@@ -58,28 +55,8 @@ def play(tmp_path, root, bwlimit, entries=None):
         "sources": {entry["path"]: chain for entry in entries},
         "bwlimit": bwlimit,
         "out": str(tmp_path / "waited.json"),
-        "ansible_python_interpreter": sys.executable,
     }
-    (tmp_path / "play.yml").write_text(PLAY)
-    exe = Path(sys.executable).with_name("ansible-playbook")
-    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.playbook"]
-    collections = REPO.parents[2] if REPO.parent.parent.name == "ansible_collections" else REPO / "collections"
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
-    return subprocess.run(
-        [*argv, "-i", "localhost,", str(tmp_path / "play.yml"), "-e", json.dumps(extra)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return local_play(tmp_path, PLAY, extra)
 
 
 def test_progress_is_printed_while_the_files_arrive(tmp_path):

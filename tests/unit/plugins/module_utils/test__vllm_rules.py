@@ -454,9 +454,12 @@ def test_a_plan_that_fits_or_was_not_computed_passes(result):
     assert _vllm_rules.settings_problems(plan_settings(capacity=result)) == []
 
 
-def test_fanout_stages_a_directory_from_the_controller():
+def test_fanout_stages_a_directory_or_an_archive():
     assert problems(vllm_model_staging="fanout", vllm_model_src="/srv/m", vllm_model_checksum=CHECKSUM) == []
-    assert "vllm_model_staging=fanout stages the directory vllm_model_src names" in only(vllm_model_staging="fanout")
+    url = "https://mirror.example/models/m.tar.gz"
+    assert problems(vllm_model_staging="fanout", vllm_model_url=url, vllm_model_checksum=CHECKSUM) == []
+    refused = only(vllm_model_staging="fanout", vllm_model_hub_id="org/name")
+    assert "vllm_model_staging=fanout stages the directory vllm_model_src names or the archive" in refused
     assert only(vllm_model_staging="rsync") == "vllm_model_staging=rsync must be one of copy, fanout"
     assert only(vllm_model_stage_only="maybe") == "vllm_model_stage_only=maybe must be true or false"
     assert "vllm_model_stage_bwlimit=-1" in only(vllm_model_stage_bwlimit=-1)
