@@ -17,6 +17,8 @@ import pytest
 from ansible_collections.gpufleet.inference.plugins.module_utils import _vllm_model
 from ansible_collections.gpufleet.inference.tests.unit.conftest import local_play
 
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the role's copy makes the files root's; run as root")
+
 PLAY = """
 - hosts: localhost
   connection: local
