@@ -98,7 +98,8 @@ def offline_proof(hosts: list[str]) -> dict[str, str]:
         units: dict[str, set[str]] = {}
         for line in envs.stdout.splitlines():
             name, setting = line.split(":", 1)
-            units.setdefault(name, set()).add(setting.strip())
+            # The role writes systemd's quoted form, NAME="value".
+            units.setdefault(name, set()).add(setting.strip().replace('"', ""))
         if not units or any(s != {"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"} for s in units.values()):
             fail(f"{host}: a vLLM unit's environment lacks the hub's offline settings: {units or envs.stdout}")
         venv = on(host, "sh", "-c", "ls -d /opt/gpufleet/vllm/*/bin/python | head -1").stdout.strip()
