@@ -128,9 +128,9 @@ def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: d
     port = 18731
     url = f"http://{address}:{port}/tiny-llama.tar.gz"
     path = "/var/lib/gpufleet/models/url-proof"
-    on(server, "mkdir", "-p", "/tmp/url-proof")
-    subprocess.run(["docker", "cp", str(archive), f"{server}:/tmp/url-proof/"], check=True, capture_output=True)
-    on(server, "sh", "-c", f"setsid python3 -m http.server {port} --bind {address} -d /tmp/url-proof >/dev/null 2>&1 &")
+    on(server, "mkdir", "-p", "/var/tmp/url-proof")
+    subprocess.run(["docker", "cp", str(archive), f"{server}:/var/tmp/url-proof/"], check=True, capture_output=True)
+    on(server, "sh", "-c", f"setsid python3 -m http.server {port} --bind {address} -d /var/tmp/url-proof >/dev/null 2>&1 &")
     try:
         # The server is up when the archive's first bytes come back (each try waits for them).
         for _attempt in range(60):
@@ -160,7 +160,7 @@ def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: d
         if not recap or any(changed != "0" for _host, changed in recap):
             fail(f"a second run of the archive's fan-out changed something: {recap}\n{runs[1][-5000:]}")
     finally:
-        on(server, "sh", "-c", f"pkill -f 'http.server {port}'; rm -rf /tmp/url-proof", check=False)
+        on(server, "sh", "-c", f"pkill -f 'http.server {port}'; rm -rf /var/tmp/url-proof", check=False)
         for host in hosts:
             on(
                 host,
