@@ -83,6 +83,19 @@ def report(job: jobs.Job, what: str) -> None:
         print(f"lab: the failed job's private data dir: {job.data_dir}", flush=True)
 
 
+def playbook(play: str, *args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook of play (relative to the checkout) on the lab inventory, as an operator runs
+    it from the checkout; args are further options. The caller reads its output and return code."""
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "inventories/lab", play, *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def launch(name: str, hostvars: dict, *, echo: bool = False, inventory: Path = MANIFEST, **kwargs) -> jobs.Job:
     """Run job template name on the lab (or on inventory); print one line of its result; exit if it
     cannot launch.

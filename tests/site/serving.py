@@ -46,22 +46,7 @@ def fail(message: str, output: str = "") -> None:
 
 def playbook_check(extra: dict) -> subprocess.CompletedProcess:
     """validate_serving.yml in check mode with extra vars, as an operator runs it."""
-    return subprocess.run(
-        [
-            str(_jobs.BIN / "ansible-playbook"),
-            "-i",
-            "inventories/lab",
-            "playbooks/validate_serving.yml",
-            "--check",
-            "-e",
-            json.dumps(extra),
-        ],
-        cwd=ROOT,
-        env=_jobs.ENV,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return _jobs.playbook("playbooks/validate_serving.yml", "--check", "-e", json.dumps(extra))
 
 
 def refused(extra: dict, task: str, expected: list[str]) -> None:

@@ -128,9 +128,10 @@ def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: d
     port = 18731
     url = f"http://{address}:{port}/tiny-llama.tar.gz"
     path = "/var/lib/gpufleet/models/url-proof"
-    on(server, "mkdir", "-p", "/var/tmp/url-proof")
-    subprocess.run(["docker", "cp", str(archive), f"{server}:/var/tmp/url-proof/"], check=True, capture_output=True)
-    on(server, "sh", "-c", f"setsid python3 -m http.server {port} --bind {address} -d /var/tmp/url-proof >/dev/null 2>&1 &")
+    served = "/var/tmp/url-proof"  # not /tmp, a tmpfs that docker cp cannot write into
+    on(server, "mkdir", "-p", served)
+    subprocess.run(["docker", "cp", str(archive), f"{server}:{served}/"], check=True, capture_output=True)
+    on(server, "sh", "-c", f"setsid python3 -m http.server {port} --bind {address} -d {served} >/dev/null 2>&1 &")
     try:
         # The server is up when the archive's first bytes come back (each try waits for them).
         for _attempt in range(60):
@@ -160,7 +161,7 @@ def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: d
         if not recap or any(changed != "0" for _host, changed in recap):
             fail(f"a second run of the archive's fan-out changed something: {recap}\n{runs[1][-5000:]}")
     finally:
-        on(server, "sh", "-c", f"pkill -f 'http.server {port}'; rm -rf /var/tmp/url-proof", check=False)
+        on(server, "sh", "-c", f"pkill -f 'http.server {port}'; rm -rf {served}", check=False)
         for host in hosts:
             on(
                 host,
@@ -179,24 +180,8 @@ def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: d
 
 
 def staging_play(hosts: list[str], extra: dict) -> str:
-    proc = subprocess.run(
-        [
-            str(_jobs.BIN / "ansible-playbook"),
-            "-i",
-            "inventories/lab",
-            "tests/site/staging_url.yml",
-            "--limit",
-            ",".join(hosts),
-            "-f",
-            str(len(hosts)),
-            "-e",
-            json.dumps(extra),
-        ],
-        cwd=ROOT,
-        env=_jobs.ENV,
-        capture_output=True,
-        text=True,
-        check=False,
+    proc = _jobs.playbook(
+        "tests/site/staging_url.yml", "--limit", ",".join(hosts), "-f", str(len(hosts)), "-e", json.dumps(extra)
     )
     if proc.returncode != 0:
         fail(f"staging_url.yml failed on {hosts}:\n{proc.stdout[-5000:]}\n{proc.stderr[-2000:]}")

@@ -106,17 +106,23 @@ def pci_sysfs(tmp_path: Path, devices: dict, drivers: dict | None = None) -> Pat
     return root
 
 
-def local_play(tmp_path: Path, play: str, extra: dict, *args: str) -> subprocess.CompletedProcess:
-    """ansible-playbook of the play text against localhost (local connection), with this
-    checkout's collection, its async results under tmp_path and extra as extra vars."""
+def ansible_playbook() -> tuple[list[str], str]:
+    """The ansible-playbook command beside this Python, and the collections path that holds this
+    checkout's collection (the tree ansible-test copied it into, or the checkout's collections/)."""
     repo = Path(__file__).resolve().parents[2]
     collections = repo.parents[2] if repo.parent.parent.name == "ansible_collections" else repo / "collections"
     exe = Path(sys.executable).with_name("ansible-playbook")
-    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.playbook"]
+    return ([str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.playbook"]), str(collections)
+
+
+def local_play(tmp_path: Path, play: str, extra: dict, *args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook of the play text against localhost (local connection), with this
+    checkout's collection, its async results under tmp_path and extra as extra vars."""
+    argv, collections = ansible_playbook()
     (tmp_path / "play.yml").write_text(play)
     env = dict(
         os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_COLLECTIONS_PATH=collections,
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
         ANSIBLE_LOCALHOST_WARNING="false",

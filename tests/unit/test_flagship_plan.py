@@ -7,20 +7,19 @@ the flagship's ten unreachable hosts are never contacted)."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from ansible_collections.gpufleet.inference.tests.unit.conftest import ansible_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = "inventories/cluster-80x5090/topology.yml"
 
 
 def plan(tmp_path, *extra):
-    exe = Path(sys.executable).with_name("ansible-playbook")
-    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ansible.cli.playbook"]
-    collections = REPO.parents[2] if REPO.parent.parent.name == "ansible_collections" else REPO / "collections"
+    argv, collections = ansible_playbook()
     env = dict(
         os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_COLLECTIONS_PATH=collections,
         ANSIBLE_NOCOLOR="1",
         # Nothing here may reach a host; any attempt fails fast instead of waiting on SSH.
         ANSIBLE_TIMEOUT="1",
