@@ -54,6 +54,8 @@ ANSIBLE_DOCS = "https://docs.ansible.com/projects/ansible/devel/"
 ANSIBLE_DOCS_LABELS = {
     "common_return_values": ("reference_appendices/common_return_values.html", "Return Values"),
     "ansible_configuration_settings": ("reference_appendices/config.html", "Ansible Configuration Settings"),
+    # The note on a module that has an action plugin (docs/docsite/rst/plugins/action.rst).
+    "action_plugins": ("plugins/action.html", "Action plugins"),
 }
 BUILTIN_REF = re.compile(r"ansible_collections\.ansible\.builtin\.(\w+)_([a-z]+)\b")
 

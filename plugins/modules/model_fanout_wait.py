@@ -22,6 +22,7 @@ description:
     returns), and fails with its message when it failed, or when it has not ended within
     O(timeout) seconds.
   - Removes the job's async result file once it has read it.
+  - An action plugin, run on the controller, that reads the host's job status with modules.
 author:
   - gpufleet.inference developers (@gpufleet)
 options:
@@ -46,9 +47,6 @@ options:
     type: int
     default: 10
 attributes:
-  action:
-    description: Runs on the controller, reading the host's job status with modules.
-    support: full
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: none

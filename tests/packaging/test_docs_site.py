@@ -20,7 +20,8 @@ SCRIPT = REPO / "scripts" / "docs_site.py"
 SITE = REPO / "build" / "docs-site"
 COLLECTION_DIR = "collections/gpufleet/inference"
 # plugins/ folders that hold no plugin of their own, so no page.
-NOT_PLUGINS = {"module_utils", "plugin_utils", "doc_fragments", "modules"}
+# An action plugin is documented on the page of its module (modules/<name>.py).
+NOT_PLUGINS = {"module_utils", "plugin_utils", "doc_fragments", "modules", "action"}
 # Filter and test files map plugin names to functions; the page is per name, not per file.
 MAPPING_CLASSES = {"filter": "FilterModule", "test": "TestModule"}
 # antsibull-docs writes "--" between a name and its short_description; Sphinx typesets it as an en dash.
