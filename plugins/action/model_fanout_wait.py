@@ -12,9 +12,19 @@ import time
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.gpufleet.inference.plugins.module_utils._model_fanout import progress_text
+from ansible_collections.gpufleet.inference.plugins.module_utils._model_fanout import progress_text, status_path_of
 
 display = Display()
+ASYNC_STATUS_KEYS = (
+    "ansible_job_id",
+    "started",
+    "finished",
+    "results_file",
+    "stdout",
+    "stderr",
+    "stdout_lines",
+    "stderr_lines",
+)
 
 
 class ActionModule(ActionBase):
@@ -53,7 +63,7 @@ class ActionModule(ActionBase):
         if args["interval"] < 1 or args["timeout"] < 1:
             raise AnsibleError("model_fanout_wait: interval and timeout must be at least 1 s")
         host = task_vars.get("inventory_hostname", "?")
-        status_path = args["status_path"] or args["path"].rstrip("/") + ".staging/status.json"
+        status_path = args["status_path"] or status_path_of(args["path"])
         deadline = time.monotonic() + args["timeout"]
         last = None
         while True:
@@ -75,10 +85,9 @@ class ActionModule(ActionBase):
                 return result
             time.sleep(args["interval"])
         self._async_status(args["jid"], "cleanup", task_vars)
-        for key in ("ansible_job_id", "started", "finished", "results_file", "stdout", "stderr"):
+        # The result is the module's: async_status' own keys go.
+        for key in ASYNC_STATUS_KEYS:
             job.pop(key, None)
-        job.pop("stdout_lines", None)
-        job.pop("stderr_lines", None)
         if not job.get("failed"):
             display.display("%s: done, %s" % (host, progress_text(job)), stderr=True)
         result.update(job)

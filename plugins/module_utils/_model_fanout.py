@@ -55,6 +55,16 @@ class FetchError(Exception):
     """The host could not get a file from any of its sources."""
 
 
+def state_dir_of(dest):
+    """Where a fetch into dest keeps its ledger, its incoming files and its status: <dest>.staging."""
+    return dest.rstrip("/") + ".staging"
+
+
+def status_path_of(dest):
+    """The status document a fetch into dest rewrites while it works."""
+    return os.path.join(state_dir_of(dest), "status.json")
+
+
 def ssh_command(ssh, key, known_hosts, user="root", port=22, control_dir=""):
     """The -e argument of rsync: ssh with this job's key and nothing else.
 
@@ -142,7 +152,7 @@ class Fetch(object):
         self.generated = generated or {}
         self.rsync = rsync
         self.ssh_e = ssh_e
-        self.state_dir = state_dir or self.dest + ".staging"
+        self.state_dir = state_dir or state_dir_of(self.dest)
         self.incoming = os.path.join(self.state_dir, "incoming")
         self.status_path = status_path or os.path.join(self.state_dir, "status.json")
         self.stall_s = stall_s
