@@ -156,8 +156,9 @@ def _model_problems(s):
             " names, and both are empty; set one, or set vllm_model_staging=copy for a model already on the nodes"
             " or the hub"
         )
-    if _text(s["vllm_model_stage_only"]).lower() not in _BOOLEANS:
-        problems.append("vllm_model_stage_only=%s must be true or false" % _text(s["vllm_model_stage_only"]))
+    for name in ("vllm_model_stage_only", "vllm_cache_seed"):
+        if _text(s[name]).lower() not in _BOOLEANS:
+            problems.append("%s=%s must be true or false" % (name, _text(s[name])))
     if not _empty(url):
         if not _matches(r"^(https?|file)://[^\s]+\.(tar|tar\.gz|tgz)\Z", url):
             problems.append(

@@ -26,6 +26,13 @@ model landed once, on the play's first vLLM host, and the nodes fetched it from 
    model as its manifest lists it, and a second run changes nothing. The three hosts' copies are
    removed after.
 
+6. A vLLM cache seeds a new node of the same replica shape, and no other: the deploy recorded
+   each vLLM node's shape beside its cache (tp's and pp's, with their ranks and sizes and the
+   model's digest). cache_seed.yml then makes two hosts without vLLM nodes of replicas of pp rank
+   1's shape and of another TP: the first copies that node's compiled graphs and model-class
+   inspection over the fabric (through rrsync), the second gets nothing, a second run changes
+   nothing, and no key of the run is left. The two hosts' caches are removed after.
+
 The bytes each node holds, against the whole model, go to tests/output/site/staging.json.
 """
 
@@ -59,6 +66,9 @@ except FileNotFoundError as exc:
     print(exc)
     sys.exit(3)
 """
+
+CACHES = "/var/cache/gpufleet-vllm"
+CACHE_KEY = "gpufleet-cache-key.json"
 
 HUB_CONNECT = r"""
 import socket, sys
@@ -179,13 +189,74 @@ def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: d
     return result
 
 
-def staging_play(hosts: list[str], extra: dict) -> str:
+def staging_play(hosts: list[str], extra: dict, play: str = "staging_url.yml") -> str:
     proc = _jobs.playbook(
-        "tests/site/staging_url.yml", "--limit", ",".join(hosts), "-f", str(len(hosts)), "-e", json.dumps(extra)
+        f"tests/site/{play}", "--limit", ",".join(hosts), "-f", str(len(hosts)), "-e", json.dumps(extra)
     )
     if proc.returncode != 0:
-        fail(f"staging_url.yml failed on {hosts}:\n{proc.stdout[-5000:]}\n{proc.stderr[-2000:]}")
+        fail(f"{play} failed on {hosts}:\n{proc.stdout[-5000:]}\n{proc.stderr[-2000:]}")
     return proc.stdout
+
+
+def cache_key(host: str, replica: str) -> dict:
+    text = on(host, "cat", f"{CACHES}/{replica}/vllm/{CACHE_KEY}", check=False).stdout
+    return json.loads(text) if text else {}
+
+
+def cache_proof(vllm_hosts: list[str], holder: str, vllm_hostvars: dict, others: list[str]) -> dict:
+    """The recorded shapes, and a seed of pp rank 1's cache onto a host of its shape only."""
+    for host in vllm_hosts:
+        want = vllm_hostvars[host]
+        key = cache_key(host, want["vllm_replica"])
+        shape = {
+            "rank": int(want.get("vllm_node_rank", 0)),
+            "tensor_parallel_size": int(want["vllm_tensor_parallel_size"]),
+            "pipeline_parallel_size": int(want["vllm_pipeline_parallel_size"]),
+            "model": want["vllm_model_checksum"],
+        }
+        if {name: key.get(name) for name in shape} != shape:
+            fail(f"{host} recorded the cache key {key}, not its shape {shape}")
+    held_before = held(holder, f"{CACHES}/pp/vllm")
+    seeded = {p: size for p, size in held_before.items() if p.split("/")[0] in ("modelinfos", "torch_compile_cache")}
+    if not any(p.startswith("modelinfos/") for p in seeded):
+        fail(f"{holder}'s cache holds no modelinfos/ to seed from: {sorted(held_before)}")
+    new, other = others[:2]
+    replica = "pp-seeded"
+    extra = {"proof_holder": holder, "proof_other": other, "proof_replica": replica}
+    hosts = [holder, new, other]
+    try:
+        runs = [staging_play(hosts, extra, "cache_seed.yml") for _run in range(2)]
+        got = held(new, f"{CACHES}/{replica}/vllm")
+        if got != dict(seeded, **{CACHE_KEY: held_before[CACHE_KEY]}):
+            fail(f"{new} was seeded with {sorted(got)}, not {holder}'s {sorted(seeded)} and its key")
+        if cache_key(new, replica) != cache_key(holder, "pp"):
+            fail(f"{new}'s seeded key differs from {holder}'s")
+        if on(other, "test", "-e", f"{CACHES}/{replica}", check=False).returncode == 0:
+            fail(f"{other} (TP 2) got a cache of pp's shape (TP 1): {held(other, f'{CACHES}/{replica}')}")
+        if "no peer holds a vLLM cache of its shape" not in runs[0]:
+            fail(f"the run did not say that {other} has no peer of its shape:\n{runs[0][-3000:]}")
+        recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", runs[1], re.M)
+        if not recap or any(changed != "0" for _host, changed in recap):
+            fail(f"a second run of the cache seeding changed something: {recap}\n{runs[1][-5000:]}")
+        for host in hosts:
+            left = on(
+                host,
+                "sh",
+                "-c",
+                "ls /etc/gpufleet/vllm/cache-seed/ 2>/dev/null;"
+                " grep -c gpufleet-cache-seed /root/.ssh/authorized_keys || true",
+            ).stdout.split()
+            if "key" in left or "key.pub" in left or left[-1] != "0":
+                fail(f"{host} still holds the cache seeding's key or its authorized_keys line: {left}")
+    finally:
+        for host in (new, other):
+            on(host, "rm", "-rf", f"{CACHES}/{replica}", "/etc/gpufleet/vllm/cache-seed", check=False)
+    result = {"holder": holder, "seeded": new, "refused": other, "files": len(seeded), "bytes": sum(seeded.values())}
+    print(
+        f"staging: {new} seeded its vLLM cache from {holder} ({len(seeded)} files, {sum(seeded.values())} bytes),"
+        f" {other} of another TP got nothing, and a second run changed nothing"
+    )
+    return result
 
 
 def main() -> int:
@@ -267,6 +338,8 @@ def main() -> int:
 
     figures["offline"] = offline_proof(vllm_hosts)
     figures["archive"] = archive_proof(model, manifest, vllm_hosts, hostvars)
+    others = sorted((h for h in hostvars if h not in vllm_hosts), key=lambda h: (len(h), h))
+    figures["cache_seed"] = cache_proof(vllm_hosts, pp[1], hostvars, others[-4:-2])
 
     OUTPUT.mkdir(parents=True, exist_ok=True)
     (OUTPUT / "staging.json").write_text(json.dumps(figures, indent=2) + "\n")

@@ -3,7 +3,7 @@
 """Shared plumbing for the unit tests: run a module as Ansible runs it, and build the fakes they read.
 
 Fixtures (pytest finds them here, under `ansible-test units` and under `pytest tests/unit` alike):
-``run_module`` and ``fresh_warnings``. Plain helpers, imported as
+``run_module``, ``fresh_warnings`` and ``rrsync_peer``. Plain helpers, imported as
 ``from ansible_collections.gpufleet.inference.tests.unit.conftest import fake_binary, pci_sysfs, warned``;
 ``local_play`` runs a play against this machine with the collection of this checkout.
 """
@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +140,69 @@ def local_play(tmp_path: Path, play: str, extra: dict, *args: str) -> subprocess
         timeout=600,
         check=False,
     )
+
+
+SSHD = "/usr/sbin/sshd"
+RRSYNC = shutil.which("rrsync") or "/usr/bin/rrsync"
+HAS_RRSYNC_PEER = bool(
+    os.path.exists(SSHD) and os.path.exists(RRSYNC) and shutil.which("rsync") and shutil.which("ssh")
+)
+NO_RRSYNC_PEER = "needs openssh-server, openssh-client and rsync (with rrsync) on this machine"
+
+
+@pytest.fixture
+def rrsync_peer(tmp_path):
+    """``rrsync_peer(root, comment)``: an sshd on a free loopback port that admits only a job key,
+    limited as the vllm role limits it (restrict, from=, command="rrsync -ro <root>").
+
+    It is this machine's sshd, run unprivileged with its own host key and authorized_keys. Returns
+    {"user", "port", "key", "known_hosts", "ssh_e"} (ssh_e: the fan-out's rsync -e command)."""
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _model_fanout
+
+    procs = []
+
+    def start(root, comment="gpufleet-model-stage"):
+        for name in ("hostkey", "jobkey"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
+        public = " ".join((tmp_path / "jobkey.pub").read_text().split()[:2])
+        (tmp_path / "authorized_keys").write_text(
+            f'restrict,from="127.0.0.1",command="{RRSYNC} -ro {root}" {public} {comment}\n'
+        )
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        user = subprocess.run(["id", "-un"], check=True, capture_output=True, text=True).stdout.strip()
+        config = tmp_path / "sshd_config"
+        config.write_text(
+            f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'hostkey'}\n"
+            f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}\nPasswordAuthentication no\n"
+            f"PermitRootLogin prohibit-password\nStrictModes no\nPidFile {tmp_path / 'sshd.pid'}\nUsePAM no\n"
+        )
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(
+            f"[127.0.0.1]:{port} " + " ".join((tmp_path / "hostkey.pub").read_text().split()[:2]) + "\n"
+        )
+        os.makedirs("/run/sshd", exist_ok=True)
+        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "sshd exited at start"
+                time.sleep(0.05)
+        key = str(tmp_path / "jobkey")
+        return {
+            "user": user,
+            "port": port,
+            "key": key,
+            "known_hosts": str(known_hosts),
+            "ssh_e": _model_fanout.ssh_command("ssh", key, str(known_hosts), user, port),
+        }
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait()

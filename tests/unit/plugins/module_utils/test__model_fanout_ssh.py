@@ -11,68 +11,25 @@ reason, where there is none.
 
 import os
 import shlex
-import shutil
-import socket
 import subprocess
-import time
 
 import pytest
 from ansible_collections.gpufleet.inference.plugins.module_utils import _model_fanout as fanout
 from ansible_collections.gpufleet.inference.plugins.module_utils import _model_staging as staging
+from ansible_collections.gpufleet.inference.tests.unit.conftest import HAS_RRSYNC_PEER, NO_RRSYNC_PEER
 
-SSHD = "/usr/sbin/sshd"
-RRSYNC = shutil.which("rrsync") or "/usr/bin/rrsync"
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(SSHD) and os.path.exists(RRSYNC) and shutil.which("rsync") and shutil.which("ssh")),
-    reason="needs openssh-server, openssh-client and rsync (with rrsync) on this machine",
-)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+pytestmark = pytest.mark.skipif(not HAS_RRSYNC_PEER, reason=NO_RRSYNC_PEER)
 
 
 @pytest.fixture
-def peer(tmp_path):
+def peer(tmp_path, rrsync_peer):
     """A directory of models served by an sshd that admits only the job key, as rrsync -ro."""
     models = tmp_path / "models"
     (models / "m.source").mkdir(parents=True)
     (models / "m.source" / "config.json").write_text("{}")
     (models / "m.source" / "model-00001.safetensors").write_bytes(os.urandom(300_000))
     (tmp_path / "outside").write_text("not for the key")
-    for name in ("hostkey", "jobkey"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
-    public = " ".join((tmp_path / "jobkey.pub").read_text().split()[:2])
-    (tmp_path / "authorized_keys").write_text(
-        f'restrict,from="127.0.0.1",command="{RRSYNC} -ro {models}" {public} gpufleet-model-stage\n'
-    )
-    port = free_port()
-    user = subprocess.run(["id", "-un"], check=True, capture_output=True, text=True).stdout.strip()
-    config = tmp_path / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'hostkey'}\n"
-        f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}\nPasswordAuthentication no\n"
-        f"PermitRootLogin prohibit-password\nStrictModes no\nPidFile {tmp_path / 'sshd.pid'}\nUsePAM no\n"
-    )
-    (tmp_path / "known_hosts").write_text(
-        f"[127.0.0.1]:{port} " + " ".join((tmp_path / "hostkey.pub").read_text().split()[:2]) + "\n"
-    )
-    os.makedirs("/run/sshd", exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "sshd exited at start"
-            time.sleep(0.05)
-    ssh_e = fanout.ssh_command("ssh", str(tmp_path / "jobkey"), str(tmp_path / "known_hosts"), user, port)
-    yield {"models": models, "ssh_e": ssh_e, "tmp": tmp_path}
-    proc.terminate()
-    proc.wait()
+    return {"models": models, "ssh_e": rrsync_peer(models)["ssh_e"], "tmp": tmp_path}
 
 
 def test_a_node_fetches_a_peers_model_through_rrsync(peer):

@@ -462,4 +462,5 @@ def test_fanout_stages_a_directory_or_an_archive():
     assert "vllm_model_staging=fanout stages the directory vllm_model_src names or the archive" in refused
     assert only(vllm_model_staging="rsync") == "vllm_model_staging=rsync must be one of copy, fanout"
     assert only(vllm_model_stage_only="maybe") == "vllm_model_stage_only=maybe must be true or false"
+    assert only(vllm_cache_seed="sometimes") == "vllm_cache_seed=sometimes must be true or false"
     assert "vllm_model_stage_bwlimit=-1" in only(vllm_model_stage_bwlimit=-1)
