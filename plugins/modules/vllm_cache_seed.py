@@ -29,6 +29,8 @@ author:
   - gpufleet.inference developers (@gpufleet)
 requirements:
   - rsync on this host and its sources; C(rrsync) on the sources restricts the job's key.
+extends_documentation_fragment:
+  - gpufleet.inference.peer_rsync
 options:
   path:
     description: The node's C(VLLM_CACHE_ROOT).
@@ -58,22 +60,6 @@ options:
     description: The user the cache belongs to (the vLLM unit's); empty keeps the sender's owners.
     type: str
     default: ""
-  ssh_key:
-    description: The private key of this job.
-    type: path
-    default: ""
-  known_hosts:
-    description: The known_hosts file holding the sources' host keys.
-    type: path
-    default: ""
-  ssh_user:
-    description: The user rsync logs in as on the sources.
-    type: str
-    default: root
-  ssh_port:
-    description: The sources' ssh port.
-    type: int
-    default: 22
   bwlimit:
     description: rsync's C(--bwlimit) in KiB/s; 0 is none.
     type: int
