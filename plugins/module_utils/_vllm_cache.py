@@ -46,8 +46,20 @@ def cpu_identity(cpuinfo):
     return "%s; flags %s" % (model or "unknown", hashlib.sha256(flags.encode("utf-8")).hexdigest()[:16])
 
 
+def model_problem(model):
+    """Why a model cannot key a cache (it has no digest), or None. Not an error: such a model's
+    caches are neither recorded nor seeded."""
+    if re.match(r"^(sha256:[0-9a-f]{64}|hub:\S+@[0-9a-f]{40})$", str(model)):
+        return None
+    return (
+        "the model %r has no digest to key a vLLM cache by: set vllm_model_checksum (a hub model needs its"
+        " revision pinned to a commit in vllm_args revision)" % (model,)
+    )
+
+
 def shape_problems(shape):
-    """Why a shape cannot key a cache: every field set, the model by its digest."""
+    """Why a shape is malformed: every field set, the sizes whole numbers, the GPUs a list. The
+    model's digest is model_problem's."""
     found = []
     for field in SHAPE_FIELDS:
         if field not in shape:
@@ -56,11 +68,6 @@ def shape_problems(shape):
         return found
     if not str(shape["vllm"]):
         found.append("the cache key has no vLLM lock")
-    if not re.match(r"^(sha256:[0-9a-f]{64}|hub:\S+@[0-9a-f]{40})$", str(shape["model"])):
-        found.append(
-            "the model %r has no digest to key a cache by: set vllm_model_checksum (a hub model needs its"
-            " revision pinned to a commit in vllm_args revision)" % (shape["model"],)
-        )
     for field in ("tensor_parallel_size", "pipeline_parallel_size", "rank"):
         if isinstance(shape[field], bool) or not re.match(r"^[0-9]+$", str(shape[field])):
             found.append("the cache key's %s must be a whole number, not %r" % (field, shape[field]))

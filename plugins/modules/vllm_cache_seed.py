@@ -25,6 +25,8 @@ description:
     key, so the next run seeds again and rsync keeps what already arrived.
   - A cache that cannot be seeded is not an error, since vLLM builds it at start; the result
     says why in O(state=seeded)'s C(tried), with a warning.
+  - A model without a digest (C(model) neither C(sha256:<hex>) nor a hub id at a commit) keys no
+    cache; the module then changes nothing and says why in C(reason).
 author:
   - gpufleet.inference developers (@gpufleet)
 requirements:
@@ -100,39 +102,47 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+keyed:
+  description: Whether the model has a digest to key the cache by; nothing is recorded or seeded otherwise.
+  type: bool
+  returned: always
+reason:
+  description: Why the cache is not keyed; empty when it is.
+  type: str
+  returned: always
 key:
   description: This node's cache key (the shape, C(cpu) and C(schema)).
   type: dict
-  returned: success
+  returned: when keyed
 digest:
-  description: The key's digest, C(sha256:<hex>).
+  description: The key's digest, C(sha256:<hex>); empty when the cache is not keyed.
   type: str
-  returned: success
+  returned: always
 warm:
   description: Whether the cache held this key before the task.
   type: bool
-  returned: success
+  returned: always
 present_digest:
   description: The digest of the key the cache held before the task, empty for none.
   type: str
-  returned: success
+  returned: when keyed
 seeded_from:
   description: The source the cache was seeded from (or would be, in check mode); empty when not seeded.
   type: str
-  returned: success
+  returned: always
 tried:
   description: Why each source before the one used, or every source when none was, was not used.
   type: list
   elements: str
-  returned: success
+  returned: always
 bytes:
   description: The size of the files copied into the cache.
   type: int
-  returned: success
+  returned: when keyed
 elapsed_s:
   description: Seconds the seed took.
   type: float
-  returned: success
+  returned: when keyed
 """
 
 import json
@@ -269,6 +279,29 @@ class Seed(object):
                 os.unlink(incoming)
 
 
+def inputs(module):
+    """This host's CPU identity and the owner's passwd entry (or None), after the arguments' checks."""
+    params = module.params
+    problems = _vllm_cache.shape_problems(params["shape"])
+    for index, source in enumerate(params["sources"]):
+        if not source.get("name") or not source.get("path"):
+            problems.append("sources[%d] needs a name and a path, not %r" % (index, source))
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    try:
+        with open(params["cpuinfo"]) as handle:
+            cpu = _vllm_cache.cpu_identity(handle.read())
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot read the CPU from %s: %s" % (params["cpuinfo"], exc))
+    owner = None
+    if params["owner"]:
+        try:
+            owner = pwd.getpwnam(params["owner"])
+        except KeyError:
+            module.fail_json(msg="owner %s is no user on this host" % params["owner"])
+    return cpu, owner
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -289,26 +322,15 @@ def main():
     )
     params = module.params
     path = params["path"].rstrip("/")
-    problems = _vllm_cache.shape_problems(params["shape"])
-    for index, source in enumerate(params["sources"]):
-        if not source.get("name") or not source.get("path"):
-            problems.append("sources[%d] needs a name and a path, not %r" % (index, source))
-    if problems:
-        module.fail_json(msg="; ".join(problems))
-    try:
-        with open(params["cpuinfo"]) as handle:
-            cpu = _vllm_cache.cpu_identity(handle.read())
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read the CPU from %s: %s" % (params["cpuinfo"], exc))
-    owner = None
-    if params["owner"]:
-        try:
-            owner = pwd.getpwnam(params["owner"])
-        except KeyError:
-            module.fail_json(msg="owner %s is no user on this host" % params["owner"])
+    cpu, owner = inputs(module)
+    reason = _vllm_cache.model_problem(params["shape"]["model"])
+    if reason:
+        module.exit_json(changed=False, keyed=False, reason=reason, warm=False, digest="", seeded_from="", tried=[])
     key = _vllm_cache.key_of(params["shape"], cpu)
     present = read_key(path)
     result = dict(
+        keyed=True,
+        reason="",
         key=key,
         digest=_vllm_cache.digest_of(key),
         warm=present == key,

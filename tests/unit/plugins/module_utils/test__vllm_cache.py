@@ -45,11 +45,19 @@ def test_a_shape_keys_a_cache_by_every_field():
     assert _vllm_cache.digest_of(_vllm_cache.key_of(as_text, "AMD EPYC; flags 0")) == digest
 
 
+@pytest.mark.parametrize("model", ["", "hub:org/model@main", "hub:org/model@", "sha256:abc"])
+def test_a_model_without_a_digest_keys_no_cache(model):
+    assert _vllm_cache.model_problem(model) == (
+        f"the model {model!r} has no digest to key a vLLM cache by: set vllm_model_checksum (a hub model needs"
+        " its revision pinned to a commit in vllm_args revision)"
+    )
+    # Not malformed: such a model's caches are simply neither recorded nor seeded.
+    assert _vllm_cache.shape_problems(dict(SHAPE, model=model)) == []
+
+
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        ({"model": ""}, "the model '' has no digest to key a cache by: set vllm_model_checksum"),
-        ({"model": "hub:org/model@main"}, "the model 'hub:org/model@main' has no digest"),
         ({"vllm": ""}, "the cache key has no vLLM lock"),
         ({"rank": -1}, "the cache key's rank must be a whole number, not -1"),
         ({"rank": True}, "the cache key's rank must be a whole number, not True"),
@@ -61,8 +69,8 @@ def test_a_shape_that_cannot_key_a_cache_says_why(change, problem):
 
 
 def test_a_pinned_hub_revision_and_a_whole_shape_pass():
-    assert _vllm_cache.shape_problems(SHAPE) == []
-    assert _vllm_cache.shape_problems(dict(SHAPE, model="hub:org/model@" + "a" * 40)) == []
+    assert _vllm_cache.shape_problems(SHAPE) == [] and _vllm_cache.model_problem(SHAPE["model"]) is None
+    assert _vllm_cache.model_problem("hub:org/model@" + "a" * 40) is None
     assert _vllm_cache.shape_problems({"vllm": "x"}) == [
         f"the cache key lacks {field}" for field in _vllm_cache.SHAPE_FIELDS if field != "vllm"
     ]

@@ -116,6 +116,15 @@ def test_an_interrupted_seed_is_finished_by_the_next_run(run_module, tmp_path, c
     assert len(tree(path)) == 4
 
 
+def test_a_model_without_a_digest_keys_nothing(run_module, tmp_path):
+    unpinned = dict(SHAPE, model="hub:org/model@main")
+    for state in ("recorded", "seeded"):
+        result = run_module(vllm_cache_seed, dict(args(tmp_path / "vllm", state=state), shape=unpinned))
+        assert not result["changed"] and not result["keyed"] and result["digest"] == ""
+        assert result["reason"].startswith("the model 'hub:org/model@main' has no digest to key a vLLM cache by")
+    assert not (tmp_path / "vllm").exists()
+
+
 def test_without_a_peer_nothing_changes(run_module, tmp_path):
     result = run_module(vllm_cache_seed, args(tmp_path / "vllm"))
     assert not result["changed"] and not result["warm"] and result["seeded_from"] == ""
@@ -124,7 +133,6 @@ def test_without_a_peer_nothing_changes(run_module, tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"shape": dict(SHAPE, model="")}, "the model '' has no digest to key a cache by"),
         ({"sources": [{"name": "x"}]}, "sources[0] needs a name and a path, not {'name': 'x'}"),
         ({"owner": "no-such-user-here"}, "owner no-such-user-here is no user on this host"),
         (
