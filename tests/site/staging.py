@@ -29,9 +29,11 @@ model landed once, on the play's first vLLM host, and the nodes fetched it from 
 6. A vLLM cache seeds a new node of the same replica shape, and no other: the deploy recorded
    each vLLM node's shape beside its cache (tp's and pp's, with their ranks and sizes and the
    model's digest). cache_seed.yml then makes two hosts without vLLM nodes of replicas of pp rank
-   1's shape and of another TP: the first copies that node's compiled graphs and model-class
-   inspection over the fabric (through rrsync), the second gets nothing, a second run changes
-   nothing, and no key of the run is left. The two hosts' caches are removed after.
+   1's shape and of another TP: the first copies that node's modelinfos/ and torch_compile_cache/
+   over the fabric (through rrsync), the second gets nothing, a second run changes nothing, and
+   no key of the run is left. The two hosts' caches are removed after. (On the lab's CPU build the
+   copied files are the model-class inspection: pp's compile with the eager backend leaves an
+   empty torch_compile_cache/.)
 
 The bytes each node holds, against the whole model, go to tests/output/site/staging.json.
 """
