@@ -10,6 +10,8 @@ __metaclass__ = type
 
 class ModuleDocFragment(object):
     DOCUMENTATION = r"""
+requirements:
+  - rsync on this host and its sources; C(rrsync) on the sources restricts the job's key.
 options:
   ssh_key:
     description: The private key of this job.

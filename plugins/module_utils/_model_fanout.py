@@ -65,6 +65,15 @@ def status_path_of(dest):
     return os.path.join(state_dir_of(dest), "status.json")
 
 
+# The argument_spec entries of the modules that fetch from peers over ssh (doc fragment peer_rsync).
+PEER_SSH_ARGUMENT_SPEC = dict(
+    ssh_key=dict(type="path", default=""),
+    known_hosts=dict(type="path", default=""),
+    ssh_user=dict(type="str", default="root"),
+    ssh_port=dict(type="int", default=22),
+)
+
+
 def ssh_command(ssh, key, known_hosts, user="root", port=22, control_dir=""):
     """The -e argument of rsync: ssh with this job's key and nothing else.
 
@@ -100,7 +109,7 @@ def ssh_command(ssh, key, known_hosts, user="root", port=22, control_dir=""):
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
-def _atomic_write(path, data, mode=0o644):
+def atomic_write(path, data, mode=0o644):
     directory = os.path.dirname(path) or "."
     handle, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
@@ -198,7 +207,7 @@ class Fetch(object):
             self.ledger = {}
 
     def _save_ledger(self):
-        _atomic_write(os.path.join(self.state_dir, LEDGER), json.dumps(self.ledger, sort_keys=True).encode())
+        atomic_write(os.path.join(self.state_dir, LEDGER), json.dumps(self.ledger, sort_keys=True).encode())
 
     def write_status(self):
         if self.started is not None:
@@ -206,7 +215,7 @@ class Fetch(object):
             self.result["elapsed_s"] = round(elapsed, 3)
             fetched = self.result["bytes_fetched"]
             self.result["rate_bytes_s"] = round(fetched / elapsed, 1) if elapsed > 0 else 0.0
-        _atomic_write(self.status_path, json.dumps(self.result, sort_keys=True).encode())
+        atomic_write(self.status_path, json.dumps(self.result, sort_keys=True).encode())
 
     # -- what is already here ------------------------------------------------------------
 
@@ -409,7 +418,7 @@ class Fetch(object):
                 os.unlink(os.path.join(self.dest, rel))
                 self.ledger.pop(rel, None)
         for path in stale:
-            _atomic_write(os.path.join(self.dest, path), self.generated[path]["content"].encode("utf-8"))
+            atomic_write(os.path.join(self.dest, path), self.generated[path]["content"].encode("utf-8"))
         pause = POLL_FIRST_S
         try:
             while pending:

@@ -30,8 +30,6 @@ description:
     the files of the host before it.
 author:
   - gpufleet.inference developers (@gpufleet)
-requirements:
-  - rsync on this host and its sources; C(rrsync) on the sources restricts the job's key.
 extends_documentation_fragment:
   - gpufleet.inference.peer_rsync
 options:
@@ -177,10 +175,7 @@ def main():
             files=dict(type="list", elements="dict", required=True),
             sources=dict(type="dict", required=True),
             generated=dict(type="dict", default={}),
-            ssh_key=dict(type="path", default=""),
-            known_hosts=dict(type="path", default=""),
-            ssh_user=dict(type="str", default="root"),
-            ssh_port=dict(type="int", default=22),
+            **_model_fanout.PEER_SSH_ARGUMENT_SPEC,
             bwlimit=dict(type="int", default=0),
             stall_timeout=dict(type="int", default=600),
             timeout=dict(type="int", default=21600),

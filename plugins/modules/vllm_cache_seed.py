@@ -29,8 +29,6 @@ description:
     cache; the module then changes nothing and says why in C(reason).
 author:
   - gpufleet.inference developers (@gpufleet)
-requirements:
-  - rsync on this host and its sources; C(rrsync) on the sources restricts the job's key.
 extends_documentation_fragment:
   - gpufleet.inference.peer_rsync
 options:
@@ -150,7 +148,6 @@ import os
 import pwd
 import re
 import subprocess
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -190,11 +187,8 @@ def make_dirs(path, owner):
 
 def write_key(path, key, owner):
     make_dirs(path, owner)
-    handle, tmp = tempfile.mkstemp(dir=path, prefix=".tmp-")
-    with os.fdopen(handle, "w") as out:
-        out.write(json.dumps(key, indent=1, sort_keys=True) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, os.path.join(path, _vllm_cache.KEY_FILE))
+    text = json.dumps(key, indent=1, sort_keys=True) + "\n"
+    _model_fanout.atomic_write(os.path.join(path, _vllm_cache.KEY_FILE), text.encode("utf-8"))
 
 
 class Seed(object):
@@ -310,10 +304,7 @@ def main():
             shape=dict(type="dict", required=True),
             sources=dict(type="list", elements="dict", default=[]),
             owner=dict(type="str", default=""),
-            ssh_key=dict(type="path", default=""),
-            known_hosts=dict(type="path", default=""),
-            ssh_user=dict(type="str", default="root"),
-            ssh_port=dict(type="int", default=22),
+            **_model_fanout.PEER_SSH_ARGUMENT_SPEC,
             bwlimit=dict(type="int", default=0),
             timeout=dict(type="int", default=1800),
             cpuinfo=dict(type="path", default="/proc/cpuinfo"),

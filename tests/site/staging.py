@@ -123,9 +123,8 @@ def offline_proof(hosts: list[str]) -> dict[str, str]:
     return offline
 
 
-def archive_proof(model: str, manifest: dict, vllm_hosts: list[str], hostvars: dict) -> dict:
-    """Stage the lab model from a .tar.gz over HTTP onto three hosts without vLLM, from a fourth."""
-    others = sorted((h for h in hostvars if h not in vllm_hosts), key=lambda h: (len(h), h))
+def archive_proof(model: str, manifest: dict, others: list[str], hostvars: dict) -> dict:
+    """Stage the lab model from a .tar.gz over HTTP onto three hosts without vLLM (others), from a fourth."""
     if len(others) < 4:
         fail(f"the archive proof needs four hosts without vLLM; the lab has {others}")
     server, hosts = others[-1], others[-4:-1]
@@ -339,8 +338,10 @@ def main() -> int:
     print(f"staging: vLLM's loader refuses a stage without {shard}: {proc.stdout.strip()}")
 
     figures["offline"] = offline_proof(vllm_hosts)
-    figures["archive"] = archive_proof(model, manifest, vllm_hosts, hostvars)
+    # The hosts without vLLM, in name order: the archive proof takes the last four, the cache
+    # seeding two of them after it.
     others = sorted((h for h in hostvars if h not in vllm_hosts), key=lambda h: (len(h), h))
+    figures["archive"] = archive_proof(model, manifest, others, hostvars)
     figures["cache_seed"] = cache_proof(vllm_hosts, pp[1], hostvars, others[-4:-2])
 
     OUTPUT.mkdir(parents=True, exist_ok=True)
