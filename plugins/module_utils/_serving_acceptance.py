@@ -592,6 +592,14 @@ def bench_args(target, point, load, result_dir, result_file, tokenizer, seed=0):
         result_file,
         "--disable-tqdm",
     ]
+    if target.get("engine") == "llama.cpp":
+        # llama-server closes the connection after every streamed response although it answers
+        # "Keep-Alive" (its stream callback ends the chunked body, then returns false, which
+        # cpp-httplib takes for a cancel), and vllm bench serve reuses pooled connections: a request
+        # sent before the close arrives fails with ServerDisconnectedError, more often on a busy
+        # machine. Asking for a close after each response makes the client open a new connection
+        # for each request, which is what the server gives it anyway (docs/serving-acceptance.md).
+        args += ["--header", "Connection=close"]
     if point["request_rate"] is not None:
         args += ["--request-rate", _render._number(point["request_rate"])]
     if point["concurrency"] is not None:

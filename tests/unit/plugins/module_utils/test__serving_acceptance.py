@@ -165,6 +165,17 @@ def test_bench_args_hold_the_workload_and_the_goodput_limits():
     assert KEY not in joined
 
 
+def test_only_llama_cpp_targets_ask_for_a_close_after_each_response():
+    # llama-server closes every streamed response's connection (docs/serving-acceptance.md): a
+    # pooled connection reused before that close fails the request.
+    run = plan(prompt_tokens=64, output_tokens=32, concurrency=[1])
+    closing = {
+        t["name"]: [" ".join(p["args"]).count("--header Connection=close") for p in t["points"]]
+        for t in run["targets"]
+    }
+    assert closing == {"pp": [0], "tp": [0], "lab-w3": [1], "frontdoor": [0]}
+
+
 def test_a_null_target_sends_no_goodput_limit_for_it():
     run = plan(prompt_tokens=64, output_tokens=32, concurrency=[1], ttft_ms=None, tpot_ms=None, profile="chat")
     # null takes the preset's value: the chat targets stay.
