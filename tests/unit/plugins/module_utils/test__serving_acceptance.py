@@ -170,8 +170,7 @@ def test_only_llama_cpp_targets_ask_for_a_close_after_each_response():
     # pooled connection reused before that close fails the request.
     run = plan(prompt_tokens=64, output_tokens=32, concurrency=[1])
     closing = {
-        t["name"]: [" ".join(p["args"]).count("--header Connection=close") for p in t["points"]]
-        for t in run["targets"]
+        t["name"]: [" ".join(p["args"]).count("--header Connection=close") for p in t["points"]] for t in run["targets"]
     }
     assert closing == {"pp": [0], "tp": [0], "lab-w3": [1], "frontdoor": [0]}
 
