@@ -119,8 +119,11 @@ MOLECULE_IN_TEST = ("fabric_network", "fabric_validate", "gpu_stack")
 DEVELOPER_SCENARIO = "a role developer's scenario; the lab stage makes its proofs (docs/testing.md)"
 # Stages that only run when named: each with the reason it is not in `make test` yet, printed in
 # the summary of every run that leaves it out.
-# None today: docs-site joined `make test` once the suite was measured with it (docs/testing.md).
-OPTIONAL: dict[str, str] = {}
+# docs-site joined `make test` once the suite was measured with it (docs/testing.md).
+OPTIONAL: dict[str, str] = {
+    "upgrade": "a trial stage of its own, `scripts/run_tests.py upgrade` (docs/upgrades.md): its lab and four "
+    "rollouts under load take longer than make test's budget has left",
+}
 
 SCENARIOS = sorted(path.parent.name for path in REPO.glob("molecule/*/molecule.yml"))
 
@@ -215,6 +218,23 @@ STAGES: dict[str, list] = {
         # kill -9, a fabric link down, an operator's drain; then Prometheus' series (docs/operations.md).
         [str(VENV_BIN / "python"), str(SITE / "operations.py")],
         lab_cpu("operations"),
+        lab("down"),
+    ],
+    # The replica-by-replica upgrade's trials (tests/site/upgrade.py) on a lab of their own: the
+    # site deployed as an operator deploys it (no workflow, no validation layer), then four rollouts
+    # under a client load through the front door, and the lab removed.
+    "upgrade": [
+        lab("down"),
+        lab("up", "--hosts", "10", "--serving", "site"),
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            LAB_INVENTORY,
+            "playbooks/site.yml",
+            "--skip-tags",
+            "gpufleet_validation",
+        ],
+        [str(VENV_BIN / "python"), str(SITE / "upgrade.py")],
         lab("down"),
     ],
 }

@@ -17,7 +17,10 @@ description:
     change restarts it (C(config.yaml), C(vllm.env) and the unit). The record,
     C(revision.json) in O(path), holds the revision the node runs, the one before it and the
     state of the rollout that switched it (docs/upgrades.md).
-  - O(state=read) changes nothing; it returns the record and the revision of the files in place.
+  - O(state=read) changes nothing; it returns the record and the revision of the files in place,
+    labelled with the record's venv and model when the record describes those files, else unlabelled.
+  - O(venv), O(model) and O(model_path) describe the target, what the vllm role writes; O(state=recorded)
+    labels the files in place with them.
   - O(state=snapshot), before a switch, copies the files in place (C(secrets.env) too) into
     C(previous/) in O(path) and records the node as C(switching). A snapshot over one whose
     switch never finished keeps the older files, the ones the node last served with.
@@ -37,11 +40,15 @@ options:
     type: path
     required: true
   venv:
-    description: The venv the files in place run (the vllm role's versioned venv).
+    description: The venv of the target, the revision the vllm role writes (its versioned venv).
     type: str
     default: ""
   model:
-    description: The model's digest the files in place load (C(sha256:<hex>) or C(hub:<id>@<commit>)), or its path.
+    description: The target's model digest (C(sha256:<hex>) or C(hub:<id>@<commit>)).
+    type: str
+    default: ""
+  model_path:
+    description: The target's model directory on the node.
     type: str
     default: ""
   state:
@@ -69,6 +76,7 @@ EXAMPLES = r"""
     unit_path: /etc/systemd/system/gpufleet-vllm-pp.service
     venv: /opt/gpufleet/vllm/0.32.0-cpu-0d85b6e70cf3
     model: sha256:47c13f3e64edcc41b898645074c1399354427ac2680761f5ba1a6c9801e4d294
+    model_path: /var/lib/gpufleet/models/kimi-r2
     state: snapshot
     rollout: {id: "20261205T150000Z", replica: pp}
 """
@@ -81,7 +89,9 @@ record:
   type: dict
   returned: always
 in_place:
-  description: The revision of the files in place (C(id), C(venv), C(model), C(config)); null when a file is missing.
+  description:
+    - The revision of the files in place (C(id), C(venv), C(model), C(model_path), C(config)).
+    - Null when a file is missing.
   type: dict
   returned: always
 snapshot:
@@ -118,10 +128,11 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def _revision(files, venv, model):
+def _config(files):
+    """The config digest of the files in place, or None when one is missing."""
     if not all(os.path.isfile(files[name]) for name in ro.DIGESTED):
         return None
-    return ro.revision(venv, model, {name: _sha256(files[name]) for name in ro.DIGESTED})
+    return ro.config_digest({name: _sha256(files[name]) for name in ro.DIGESTED})
 
 
 def _read_json(path):
@@ -155,7 +166,15 @@ class Node:
         self.snap_dir = os.path.join(params["path"], SNAPSHOT)
         self.snap_files = {name: os.path.join(self.snap_dir, name) for name in ro.RESTORED}
         self.before = _read_json(self.record_path)
-        self.in_place = _revision(self.files, params["venv"], params["model"])
+        self.config = _config(self.files)
+        current = (self.before or {}).get("current") or {}
+        if self.config is None:
+            self.in_place = None
+        elif current.get("config") == self.config:
+            self.in_place = current
+        else:
+            self.in_place = ro.revision("", "", "", self.config)
+        self.target = (params["venv"], params["model"], params["model_path"])
         self.snapshot = (_read_json(os.path.join(self.snap_dir, ro.REVISION_FILE)) or {}).get("revision")
 
     def write(self, new):
@@ -182,13 +201,19 @@ def snapshot(node, rollout, now, check_mode):
 
 
 def recorded(node, rollout, now, check_mode):
-    new = ro.record(node.in_place, node.snapshot or (node.before or {}).get("previous"), "serving", rollout, now)
+    new = ro.record(
+        ro.revision(*node.target, node.config),
+        node.snapshot or (node.before or {}).get("previous"),
+        "serving",
+        rollout,
+        now,
+    )
     fields = ("current", "previous", "state")
     if node.before and all(node.before.get(k) == new[k] for k in fields):
         return {}
     if not check_mode:
         node.write(new)
-    return {"changed": True, "record": new}
+    return {"changed": True, "record": new, "in_place": new["current"]}
 
 
 def restored(node, rollout, now, check_mode):
@@ -228,6 +253,7 @@ def main():
             "unit_path": {"type": "path", "required": True},
             "venv": {"type": "str", "default": ""},
             "model": {"type": "str", "default": ""},
+            "model_path": {"type": "str", "default": ""},
             "state": {"type": "str", "choices": ["read", "snapshot", "recorded", "restored"], "default": "read"},
             "rollout": {"type": "dict", "default": {}},
         },

@@ -162,6 +162,7 @@ def stub_static(monkeypatch, tmp_path, bodies):
         path.write_text(body + "\n")
         stages[name] = [[run_tests.sys.executable, str(path)]]
     monkeypatch.setattr(run_tests, "STAGES", stages)
+    monkeypatch.setattr(run_tests, "OPTIONAL", {})
     monkeypatch.setattr(run_tests, "STATIC_LANES", (("slow",), ("quick", "after")))
     monkeypatch.setattr(run_tests, "RESULTS_DIR", tmp_path / "results")
     monkeypatch.setenv("GPUFLEET_MOLECULE_LANES", "2")
@@ -192,6 +193,22 @@ def test_static_lanes_overlap_and_keep_a_row_and_counts_per_stage(monkeypatch, t
     summary = out[out.index(" stage summary ") :]
     assert "PASSED   after" in summary and "1 passed in 0.1s (static lanes)" in summary
     assert "3 passed in" in summary
+
+
+def test_an_optional_stage_is_skipped_with_its_reason_unless_named(monkeypatch, tmp_path, capsys):
+    marker = tmp_path / "trial-ran"
+    stub_static(
+        monkeypatch,
+        tmp_path,
+        {"quick": "pass", "trial": f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x')"},
+    )
+    monkeypatch.setattr(run_tests, "STATIC_LANES", (("quick",),))
+    monkeypatch.setattr(run_tests, "OPTIONAL", {"trial": "a stage of its own"})
+    assert run_tests.main([]) == 0
+    summary = capsys.readouterr().out.split(" stage summary ", 1)[1]
+    assert "SKIPPED  trial" in summary and "a stage of its own" in summary and not marker.exists()
+    assert run_tests.main(["trial"]) == 0
+    assert marker.exists()
 
 
 def test_a_failed_static_stage_stops_the_lanes_and_the_stages_after_them(monkeypatch, tmp_path, capsys):

@@ -66,6 +66,7 @@ OPERATOR_PLAYBOOKS = {
     "playbooks/frontdoor_undrain.yml",
     "playbooks/frontdoor_report.yml",
     "playbooks/rolling_restart.yml",
+    "playbooks/upgrade_serving.yml",
 }
 
 # Variables a playbook reads itself (no role argument spec has them), each documented in the
@@ -85,6 +86,12 @@ PLAYBOOK_VARIABLES = {
     },
     "playbooks/rolling_restart.yml": {
         "frontdoor_allow_outage": {"type": "bool_string", "default": "false"},
+    },
+    "playbooks/upgrade_serving.yml": {
+        "serving_upgrade_change": {"type": "str", "default": "any", "choices": ["any", "model", "vllm", "settings"]},
+        "serving_upgrade_batch_size": {"type": "int", "default": 1},
+        "serving_upgrade_min_serving": {"type": "int", "default": 1},
+        "serving_upgrade_allow_outage": {"type": "bool_string", "default": "false"},
     },
 }
 

@@ -31,16 +31,19 @@ def write(path, unit, text):
     unit.write_text(f"[Service]\nExecStart=/opt/vllm serve --config {text}\n")
 
 
-def args(replica, model=OLD_MODEL, **more):
+def args(replica, model=NEW_MODEL, **more):
+    """The target: the new model, at its own path."""
     path, unit = replica
-    return {"path": str(path), "unit_path": str(unit), "venv": VENV, "model": model, **more}
+    return {"path": str(path), "unit_path": str(unit), "venv": VENV, "model": model, "model_path": "/srv/r2", **more}
 
 
 def test_a_switch_and_its_rollback(run_module, replica):
     path, unit = replica
     fresh = run_module(serving_revision, args(replica))
     assert fresh["record"] is None and fresh["snapshot"] is None and not fresh["changed"]
+    # Never recorded: the files are known by their digest only.
     old = fresh["in_place"]
+    assert (old["venv"], old["model"], old["model_path"]) == ("", "", "") and len(old["config"]) == 64
     # Before the switch: the old files are kept, the node is switching.
     snap = run_module(serving_revision, args(replica, state="snapshot", rollout={"id": "r1", "replica": "pp"}))
     assert snap["changed"] and snap["record"]["state"] == "switching" and snap["snapshot"] == old
@@ -49,22 +52,25 @@ def test_a_switch_and_its_rollback(run_module, replica):
     assert oct((path / "previous").stat().st_mode & 0o777) == "0o700"
     # The role writes the new revision; a failed check restores the old one.
     write(path, unit, "new")
-    restored = run_module(serving_revision, args(replica, model=NEW_MODEL, state="restored"))
+    restored = run_module(serving_revision, args(replica, state="restored"))
     assert restored["record"]["state"] == "rolled_back"
-    assert restored["record"]["current"] == old and restored["record"]["previous"]["model"] == NEW_MODEL
+    assert restored["record"]["current"] == old and restored["record"]["previous"]["config"] != old["config"]
     assert "old" in unit.read_text() and (path / "secrets.env").read_text() == "VLLM_API_KEY=sk-old\n"
     assert run_module(serving_revision, args(replica))["in_place"] == old
     # A second attempt that passes: the new revision is recorded, the old one as previous.
     run_module(serving_revision, args(replica, state="snapshot"))
     write(path, unit, "new")
-    done = run_module(serving_revision, args(replica, model=NEW_MODEL, state="recorded"))
+    done = run_module(serving_revision, args(replica, state="recorded"))
     assert done["changed"] and done["record"]["state"] == "serving"
     assert done["record"]["current"]["model"] == NEW_MODEL and done["record"]["previous"] == old
+    assert done["record"]["current"]["model_path"] == "/srv/r2" and done["in_place"] == done["record"]["current"]
+    # Read back, the files in place carry the record's labels.
+    assert run_module(serving_revision, args(replica, model="other"))["in_place"] == done["record"]["current"]
     on_disk = json.loads((path / "revision.json").read_text())
     assert on_disk["current"] == done["record"]["current"]
     assert "sk-" not in (path / "revision.json").read_text()
     # Recorded again: nothing changes.
-    assert not run_module(serving_revision, args(replica, model=NEW_MODEL, state="recorded"))["changed"]
+    assert not run_module(serving_revision, args(replica, state="recorded"))["changed"]
 
 
 def test_a_switch_cut_off_keeps_the_files_the_node_served_with(run_module, replica):
@@ -72,7 +78,7 @@ def test_a_switch_cut_off_keeps_the_files_the_node_served_with(run_module, repli
     old = run_module(serving_revision, args(replica, state="snapshot"))["snapshot"]
     write(path, unit, "new")
     # The controller died here; the rerun snapshots again before switching.
-    again = run_module(serving_revision, args(replica, model=NEW_MODEL, state="snapshot"))
+    again = run_module(serving_revision, args(replica, state="snapshot"))
     assert again["snapshot"] == old and again["record"]["current"] == old
     assert "old" in (path / "previous" / "unit").read_text()
 
