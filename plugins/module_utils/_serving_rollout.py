@@ -339,6 +339,7 @@ def outcome(hostvars, nodes, replicas, load_host, now, rest=()):
     Returns {replicas: {replica: {upgraded, step, error, node, task, out_of_service_s,
     engine_start_s, acceptance}}, message}: step and error say why a replica is rolled back (None
     when upgraded); out_of_service_s runs from its drain to now (its return to the front door),
+    switch_s from its drain to its rank 0's answer (the drain's wait, the stop, the start),
     engine_start_s from its units' start to its rank 0's answer; acceptance is the serving
     acceptance report's entry for it. message is failure_message's, for the replicas of rest not
     switched."""
@@ -371,6 +372,7 @@ def outcome(hostvars, nodes, replicas, load_host, now, rest=()):
             "node": (why or {}).get("node"),
             "task": (why or {}).get("task"),
             "out_of_service_s": _seconds(times, "now", "drain"),
+            "switch_s": _seconds(times, "ready", "drain"),
             "engine_start_s": _seconds(times, "ready", "started"),
             "acceptance": report.get(name),
         }

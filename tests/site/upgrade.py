@@ -133,7 +133,7 @@ def check(condition: bool, what: str, job=None) -> None:
 
 def times(result: dict) -> dict:
     return {
-        name: {k: item.get(k) for k in ("upgraded", "step", "out_of_service_s", "engine_start_s")}
+        name: {k: item.get(k) for k in ("upgraded", "step", "out_of_service_s", "switch_s", "engine_start_s")}
         for name, item in (result.get("replicas") or {}).items()
     }
 
@@ -197,7 +197,7 @@ def trial_interrupted(lab: Lab, args, r4) -> dict:
                 json.dumps(extra),
             ],
             cwd=ROOT,
-            env=_jobs.ENV,
+            env=dict(_jobs.ENV, PYTHONUNBUFFERED="1"),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

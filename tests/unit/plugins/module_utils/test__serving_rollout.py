@@ -239,6 +239,7 @@ def test_a_batch_outcome_names_the_step_and_the_measurement_and_times_the_switch
     found = ro.outcome(hostvars, nodes, ["pp", "tp", "r3"], "lab-w9", now=160.0, rest=["r4"])
     pp, tp, r3 = (found["replicas"][name] for name in ("pp", "tp", "r3"))
     assert pp["upgraded"] and pp["out_of_service_s"] == 60.0 and pp["engine_start_s"] == 39.5
+    assert pp["switch_s"] == 50.0
     assert pp["acceptance"] == {"name": "pp", "passed": True}
     assert not tp["upgraded"] and tp["step"] == "acceptance" and tp["engine_start_s"] is None
     assert r3["node"] == "lab-w4" and r3["out_of_service_s"] is None
