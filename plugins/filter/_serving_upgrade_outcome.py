@@ -51,7 +51,8 @@ _value:
   description:
     - C(replicas), replica -> C(upgraded), C(step), C(error), C(node), C(task),
       C(out_of_service_s) (from its drain until now), C(switch_s) (from its drain to its rank 0's
-      answer), C(engine_start_s) (from its units' start to its rank 0's answer) and C(acceptance) (its entry in the serving acceptance report).
+      answer), C(engine_start_s) (from its units' start to its rank 0's answer) and C(acceptance)
+      (its entry in the serving acceptance report).
     - C(message), why the rollout stops, naming each replica rolled back; empty when none was.
   type: dict
 """

@@ -100,7 +100,6 @@ snapshot:
   returned: always
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -109,6 +108,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.inference.plugins.module_utils import _serving_rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._model_fanout import atomic_write
+from ansible_collections.gpufleet.inference.plugins.module_utils._vllm_model import file_sha256
 
 SNAPSHOT = "previous"
 
@@ -120,19 +120,11 @@ def _files(path, unit_path):
     return found
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _config(files):
     """The config digest of the files in place, or None when one is missing."""
     if not all(os.path.isfile(files[name]) for name in ro.DIGESTED):
         return None
-    return ro.config_digest({name: _sha256(files[name]) for name in ro.DIGESTED})
+    return ro.config_digest({name: file_sha256(files[name]) for name in ro.DIGESTED})
 
 
 def _read_json(path):

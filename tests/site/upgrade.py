@@ -113,6 +113,13 @@ def model(found: dict, name: str) -> set:
     return {((r or {}).get("current") or {}).get("model") for r in found[name].values()}
 
 
+def both_serving(lab: Lab, digest: str) -> None:
+    """Every node of pp and tp records the revision of model digest, serving."""
+    found = records(lab)
+    for name in ("pp", "tp"):
+        check(state(found, name) == {"serving"} and model(found, name) == {digest}, f"{name}'s records: {found[name]}")
+
+
 def launch(lab: Lab, extra: dict, answers: dict | None = None):
     log(f"job template {TEMPLATE!r} {json.dumps(extra)}")
     return _jobs.launch(
@@ -144,9 +151,7 @@ def trial_upgrade(lab: Lab, args, r2) -> dict:
     result = outcome(job)
     check(job.status == "successful", f"the upgrade to revision 2 failed (rc {job.rc})", job)
     check(result.get("upgraded") == ["pp", "tp"], f"serving_upgrade does not list pp and tp upgraded: {result}", job)
-    found = records(lab)
-    for name in ("pp", "tp"):
-        check(state(found, name) == {"serving"} and model(found, name) == {r2[1]}, f"{name}'s records: {found[name]}")
+    both_serving(lab, r2[1])
     check(load.failed == 0 and load.sent > 0, f"client requests failed during the upgrade: {load.figures()}")
     return {
         "trial": "upgrade both replicas to revision 2",
@@ -223,9 +228,7 @@ def trial_interrupted(lab: Lab, args, r4) -> dict:
     check(job.status == "successful", f"the rerun failed (rc {job.rc})", job)
     check(result.get("upgraded") == ["pp", "tp"], f"the rerun did not switch pp, then tp: {result}", job)
     check("first, replicas cut off in an earlier switch: pp" in job.stdout, "the rerun did not take pp as cut off", job)
-    found = records(lab)
-    for name in ("pp", "tp"):
-        check(state(found, name) == {"serving"} and model(found, name) == {r4[1]}, f"{name}'s records: {found[name]}")
+    both_serving(lab, r4[1])
     check(load.failed == 0 and load.sent > 0, f"client requests failed: {load.figures()}")
     return {
         "trial": "controller killed inside pp's switch, then the job rerun",
