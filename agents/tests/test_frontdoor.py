@@ -1010,6 +1010,17 @@ def test_status_reports_haproxy_agents_owner_and_restarts(lab):
     assert a["agents"]["a-head"]["healthy"] is True
     assert a["agents"]["a-w1"] == {"healthy": False, "failing": ["engine"], "error": None}
     assert (b["haproxy"]["admin"], b["haproxy"]["status"], b["record"]["owner"]) == ("drain", "DRAIN", "operator")
+    assert a["revision"] is None and b["revision"] is None
+
+
+def test_status_reports_the_revisions_an_upgrade_recorded(lab):
+    (lab.state).mkdir()
+    record = {"current": {"id": "0123456789ab", "model": "sha256:" + "2" * 64}, "state": "serving"}
+    (lab.state / "revisions.json").write_text(json.dumps({"a": {"nodes": {"a-head": record}}}))
+    proc, (out,) = cli(lab, "status")
+    assert proc.returncode == 0, proc.stderr
+    a, b = out["replicas"]
+    assert a["revision"] == {"nodes": {"a-head": record}} and b["revision"] is None
 
 
 def test_operator_drain_and_undrain_record_and_clear_the_owner(lab):

@@ -54,7 +54,8 @@ RETURN = r"""
 _value:
   description:
     - C(batches) (lists of replica names), C(done), C(mixed), C(order), C(nodes) (replica -> its
-      hosts by rank) and C(problems) (why the rollout must not start; empty when it may).
+      hosts by rank), C(members) (each batch's hosts and group), C(revisions) (replica -> C(nodes),
+      host -> its record) and C(problems) (why the rollout must not start; empty when it may).
   type: dict
 """
 

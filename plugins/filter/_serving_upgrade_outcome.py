@@ -54,6 +54,8 @@ _value:
       answer), C(engine_start_s) (from its units' start to its rank 0's answer) and C(acceptance)
       (its entry in the serving acceptance report).
     - C(message), why the rollout stops, naming each replica rolled back; empty when none was.
+    - C(revisions), replica -> C(nodes), host -> its record as read after the batch
+      (C(__serving_upgrade_now)).
   type: dict
 """
 

@@ -252,8 +252,9 @@ def from_play(status, hostvars, hosts, settings):
     ``__vllm_node_changes`` (the files the target changes), ``__serving_upgrade_read`` (module
     serving_revision, state=read) and ``__serving_upgrade_target`` ({venv, model, model_path}).
 
-    Returns plan()'s dict with ``nodes`` ({replica: [host by rank]}) and ``problems`` (empty when
-    the rollout may start); never raises for bad input."""
+    Returns plan()'s dict with ``nodes`` ({replica: [host by rank]}), ``members`` (each batch's
+    hosts and their group), ``revisions`` ({replica: {nodes: {host: record}}}, what the front door's
+    status shows) and ``problems`` (empty when the rollout may start); never raises for bad input."""
     replicas = [
         {
             "name": r.get("name"),
@@ -287,7 +288,7 @@ def from_play(status, hostvars, hosts, settings):
         why = change_problem(record, target, settings.get(P + "change", "any"))
         if why:
             problems.append("%s: %s" % (host, why))
-    empty = {"batches": [], "done": [], "mixed": [], "order": [], "members": []}
+    empty = {"batches": [], "done": [], "mixed": [], "order": [], "members": [], "revisions": {}}
     if problems:
         return dict(empty, nodes={}, problems=problems)
     try:
@@ -319,6 +320,7 @@ def from_play(status, hostvars, hosts, settings):
         for name in names
         for host in found["nodes"].get(name, [])
     ]
+    found["revisions"] = {name: {"nodes": hosts} for name, hosts in recorded.items()}
     found["problems"] = []
     return found
 
@@ -342,7 +344,8 @@ def outcome(hostvars, nodes, replicas, load_host, now, rest=()):
     switch_s from its drain to its rank 0's answer (the drain's wait, the stop, the start),
     engine_start_s from its units' start to its rank 0's answer; acceptance is the serving
     acceptance report's entry for it. message is failure_message's, for the replicas of rest not
-    switched."""
+    switched. revisions: {replica: {nodes: {host: record}}} from ``__serving_upgrade_now`` (module
+    serving_revision, state=read, after the batch), for each replica all of whose nodes read it."""
     found = {}
     load = hostvars[load_host] if load_host in hostvars else {}
     missed = load.get("__serving_upgrade_missed") or {}
@@ -376,7 +379,13 @@ def outcome(hostvars, nodes, replicas, load_host, now, rest=()):
             "engine_start_s": _seconds(times, "ready", "started"),
             "acceptance": report.get(name),
         }
-    return {"replicas": found, "message": failure_message(found, list(rest))}
+    revisions = {}
+    for name in replicas:
+        hosts = nodes.get(name) or []
+        reads = [(hostvars[h].get("__serving_upgrade_now") or {}) if h in hostvars else {} for h in hosts]
+        if hosts and all("record" in read for read in reads):
+            revisions[name] = {"nodes": {host: read["record"] for host, read in zip(hosts, reads)}}
+    return {"replicas": found, "message": failure_message(found, list(rest)), "revisions": revisions}
 
 
 def failure_message(found, not_attempted):

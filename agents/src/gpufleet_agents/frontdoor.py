@@ -5,7 +5,8 @@
 One program, so that the controller, the planned restart and the operator's CLI share one HAProxy
 client and one ownership record:
 
-- `status`: every replica's HAProxy state, its health agents' verdicts, its owner and restarts.
+- `status`: every replica's HAProxy state, its health agents' verdicts, its owner, restarts and
+  the revision its nodes recorded (revisions.json, written by playbooks/upgrade_serving.yml).
 - `drain REPLICA --owner operator|auto --reason TEXT` / `undrain REPLICA --owner operator|auto`.
 - `controller [--once]`: polls the agents and HAProxy, drains a failing replica and undrains a
   recovered one, within a blast-radius cap; exports Prometheus metrics.
@@ -552,6 +553,9 @@ class Fleet:
 def cmd_status(fleet, _args):
     view, error = fleet.view()
     records, restarts = fleet.store.drains(), fleet.store.restarts()
+    # What each replica's nodes run, as playbooks/upgrade_serving.yml last read their records
+    # (docs/upgrades.md); written by the playbook, only read here.
+    revisions = fleet.store.read("revisions.json")
     replicas = []
     for name, replica in fleet.replicas.items():
         haproxy = view[name]["haproxy"]
@@ -564,6 +568,7 @@ def cmd_status(fleet, _args):
                 "agents": view[name]["nodes"],
                 "record": records.get(name),
                 "restart": restarts.get(name),
+                "revision": revisions.get(name),
             }
         )
     return 0, {"haproxy_up": error is None, "haproxy_error": error, "replicas": replicas}

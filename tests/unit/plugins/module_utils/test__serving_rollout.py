@@ -177,6 +177,7 @@ def test_the_play_facts_give_the_batches_and_each_replicas_nodes_by_rank():
     assert found["problems"] == []
     assert found["batches"] == [["pp"]] and found["done"] == ["tp"]
     assert found["nodes"] == {"pp": ["lab-head", "lab-w1"], "tp": ["lab-w2"]}
+    assert found["revisions"]["pp"] == {"nodes": {"lab-w1": at(OLD), "lab-head": at(OLD)}}
 
 
 def test_the_play_facts_refuse_a_replica_not_behind_the_front_door_and_a_model_replaced_in_place():
@@ -252,6 +253,13 @@ def test_a_batch_outcome_names_the_step_and_the_measurement_and_times_the_switch
         "where it stopped.",
     ]
     assert ro.outcome(hostvars, nodes, ["pp"], "lab-w9", now=160.0)["message"] == ""
+    # The records read after the batch go to the front door; a replica not read by all its nodes does not.
+    assert found["revisions"] == {}
+    hostvars["lab-head"]["__serving_upgrade_now"] = {"record": at(NEW)}
+    hostvars["lab-w1"]["__serving_upgrade_now"] = {"record": at(NEW)}
+    hostvars["lab-w2"]["__serving_upgrade_now"] = {"skipped": True}
+    revisions = ro.outcome(hostvars, nodes, ["pp", "tp"], "lab-w9", now=160.0)["revisions"]
+    assert revisions == {"pp": {"nodes": {"lab-head": at(NEW), "lab-w1": at(NEW)}}}
 
 
 def test_a_target_that_changes_more_than_declared_is_refused():
