@@ -197,11 +197,6 @@ def settings_of(settings, replica_names):
     return found, problems
 
 
-def settings_problems(settings, replica_names):
-    """Every problem of the rollout's own inputs, one message each, naming the variable."""
-    return settings_of(settings, replica_names)[1]
-
-
 def plan(replicas, recorded, pending, settings):
     """The batches of a rollout. Raises RolloutError with every problem when it must not start.
 

@@ -102,7 +102,7 @@ snapshot:
 
 import json
 import os
-import shutil
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -142,11 +142,9 @@ def _write_json(path, data):
 
 
 def _copy(src, dest):
-    """Copy src over dest through a file beside dest, keeping src's mode."""
-    tmp = dest + ".gpufleet-tmp"
-    shutil.copyfile(src, tmp)
-    shutil.copymode(src, tmp)
-    os.replace(tmp, dest)
+    """Copy src over dest atomically, keeping src's mode."""
+    with open(src, "rb") as handle:
+        atomic_write(dest, handle.read(), stat.S_IMODE(os.stat(src).st_mode))
 
 
 class Node:
